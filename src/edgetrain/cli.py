@@ -1,0 +1,64 @@
+"""The ``edgetrain`` command.
+
+Thin by design: each subcommand lives in ``edgetrain.commands.<name>`` and
+exposes ``register(app)``; this module only assembles them, prints user errors
+without a traceback and exits with status 2 on them.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+
+import typer
+from rich.console import Console
+
+from edgetrain import __version__
+from edgetrain.errors import EdgetrainError
+
+# One line per subcommand module; each module defines ``register(app: typer.Typer)``.
+COMMAND_MODULES = [
+    "edgetrain.commands.catalog",  # models / data / devices listings
+    "edgetrain.commands.demo",  # edgetrain demo
+]
+
+app = typer.Typer(
+    name="edgetrain",
+    help="Train neural networks where the data lives: memory-planned, federated and "
+    "decentralized on-device learning.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"edgetrain {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: bool = typer.Option(
+        False, "--version", callback=_version, is_eager=True, help="Print the version and exit."
+    ),
+) -> None:
+    """edgetrain: on-device, federated and decentralized training."""
+
+
+for _name in COMMAND_MODULES:
+    importlib.import_module(_name).register(app)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Entry point of the ``edgetrain`` console script."""
+    try:
+        app(args=argv, prog_name="edgetrain")
+    except EdgetrainError as exc:
+        Console(stderr=True).print(f"[bold red]error:[/] {exc}", highlight=False)
+        sys.exit(2)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()
