@@ -1,0 +1,49 @@
+"""Shared printing helpers for commands: JSON on stdout, tables and progress on stderr-safe consoles."""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from edgetrain.runs import _jsonable
+
+console = Console()
+err_console = Console(stderr=True)
+
+
+def print_json(obj: Any) -> None:
+    """Print exactly one JSON document on stdout (NaN/inf as null, so it is valid JSON)."""
+    print(json.dumps(_jsonable(obj), indent=2))
+
+
+def fmt(value: Any) -> str:
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            return "-"
+        return f"{value:,.4g}" if abs(value) < 1e5 else f"{value:,.0f}"
+    if isinstance(value, int):
+        return f"{value:,}"
+    if isinstance(value, (list, tuple)):
+        return "×".join(str(v) for v in value)
+    if value is None:
+        return "-"
+    return str(value)
+
+
+def print_table(title: str, rows: Sequence[dict[str, Any]], columns: Iterable[str]) -> None:
+    columns = list(columns)
+    table = Table(title=title, header_style="bold")
+    for col in columns:
+        table.add_column(col, justify="right" if rows and _numeric(rows[0].get(col)) else "left")
+    for row in rows:
+        table.add_row(*(fmt(row.get(col)) for col in columns))
+    console.print(table)
+
+
+def _numeric(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)

@@ -1,0 +1,75 @@
+"""``edgetrain demo`` and ``edgetrain run CONFIG.yaml``: local training into a run directory."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+from edgetrain.commands._output import err_console, print_json
+
+
+def _train(config, json_out: bool, name: str | None) -> None:
+    from edgetrain.engine.local import run_local
+
+    with Progress(
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        TextColumn("{task.completed}/{task.total} steps"),
+        TextColumn("{task.fields[status]}"),
+        TimeElapsedColumn(),
+        console=err_console,
+        transient=json_out,
+        disable=json_out,
+    ) as progress:
+        task = progress.add_task(
+            f"{config.model.name} on {config.data.name}", total=None, status=""
+        )
+
+        def on_step(done: int, total: int) -> None:
+            progress.update(task, completed=done, total=total)
+
+        def on_epoch(m) -> None:
+            progress.update(
+                task,
+                status=f"epoch {m.epoch}: loss {m.train_loss:.3f}, test acc {m.test_accuracy:.3f}",
+            )
+
+        result = run_local(config, on_epoch=on_epoch, on_step=on_step, run_name=name)
+    if json_out:
+        print_json(result.to_json())
+        return
+    chance = 1.0 / max(int(result.model_options.get("num_classes", 1)), 1)
+    typer.echo(
+        f"test accuracy: {result.test_accuracy:.4f} (chance {chance:.3f}) "
+        f"after {len(result.history)} epochs, {result.wall_seconds:.1f} s"
+    )
+    typer.echo(f"run directory: {result.run_dir}")
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("demo")
+    def demo_cmd(
+        json_out: bool = typer.Option(False, "--json", help="Print one JSON object."),
+        epochs: int = typer.Option(None, "--epochs", min=1, help="Override the demo's epochs."),
+        output: Path = typer.Option(Path("runs"), "--output", help="Root of run directories."),
+    ) -> None:
+        """Train LeNet on the shipped smartwatch data, in-process, and report test accuracy."""
+        from edgetrain.config import DEMO_CONFIG, parse_config
+
+        cfg = dict(DEMO_CONFIG, output_root=str(output))
+        if epochs is not None:
+            cfg["train"] = dict(cfg["train"], epochs=epochs)
+        _train(parse_config(cfg, "<demo>"), json_out, None)
+
+    @app.command("run")
+    def run_cmd(
+        config: Path = typer.Argument(..., help="Run config (YAML); see examples/."),
+        name: str = typer.Option(None, "--name", help="Run directory name (default: config name)."),
+        json_out: bool = typer.Option(False, "--json", help="Print one JSON object."),
+    ) -> None:
+        """Train one model locally from a YAML config into runs/<name>/."""
+        from edgetrain.config import load_config
+
+        _train(load_config(config), json_out, name)

@@ -1,0 +1,116 @@
+"""Run configuration: one validated schema for every job.
+
+A config is YAML (or a dict). Every field is checked by pydantic with unknown keys
+rejected, and every problem is reported in one :class:`ConfigError` that names the
+field path, what was given and what would be accepted — no traceback for a typo.
+Later stages add their own sections (``federated``, ``chain``, ``budget``) here.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from edgetrain.errors import ConfigError
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ModelSection(_Strict):
+    name: str = "lenet"
+    options: dict[str, Any] = Field(default_factory=dict)
+
+
+class DataSection(_Strict):
+    name: str = "watch"
+    options: dict[str, Any] = Field(default_factory=dict)
+    test_fraction: float = Field(0.25, gt=0.0, lt=1.0)
+    split: Literal["stratified", "by-group"] = "stratified"
+
+
+class TrainSection(_Strict):
+    epochs: int = Field(5, ge=1, le=10_000)
+    batch_size: int = Field(32, ge=1, le=65_536)
+    lr: float = Field(1e-3, gt=0.0, le=10.0)
+    optimizer: Literal["sgd", "sgd-momentum", "adam"] = "adam"
+    momentum: float = Field(0.9, ge=0.0, lt=1.0)
+    weight_decay: float = Field(0.0, ge=0.0)
+    schedule: Literal["constant", "cosine"] = "constant"
+
+
+class RunConfig(_Strict):
+    """A local training run (``edgetrain run`` / ``edgetrain demo``)."""
+
+    name: str = "run"
+    seed: int = Field(0, ge=0)
+    output_root: str = "runs"
+    model: ModelSection = Field(default_factory=ModelSection)
+    data: DataSection = Field(default_factory=DataSection)
+    train: TrainSection = Field(default_factory=TrainSection)
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: str) -> str:
+        if not v or len(v) > 128 or not all(c.isalnum() or c in "._-" for c in v):
+            raise ValueError("use 1-128 letters, digits, '.', '_' or '-'")
+        return v
+
+
+DEMO_CONFIG: dict[str, Any] = {
+    "name": "demo",
+    "seed": 0,
+    "model": {"name": "lenet"},
+    "data": {"name": "watch", "test_fraction": 0.25, "split": "stratified"},
+    "train": {"epochs": 8, "batch_size": 32, "lr": 2e-3, "optimizer": "adam"},
+}
+
+
+def format_validation_error(exc: ValidationError, source: str) -> str:
+    """One readable line per problem: ``field.path: message (got X)``."""
+    lines = []
+    for err in exc.errors():
+        loc = ".".join(str(p) for p in err["loc"]) or "(root)"
+        msg = err["msg"]
+        if err["type"] == "extra_forbidden":
+            msg = "unknown field"
+        elif err["type"] == "literal_error":
+            msg = f"must be one of {err.get('ctx', {}).get('expected', '')}"
+        got = err.get("input")
+        got_s = "" if isinstance(got, dict) or err["type"] == "missing" else f" (got {got!r})"
+        lines.append(f"  {loc}: {msg}{got_s}")
+    return f"invalid config {source}:\n" + "\n".join(lines)
+
+
+def parse_config(data: Any, source: str = "<dict>", schema: type[BaseModel] = RunConfig):
+    """Validate a mapping against ``schema``; raise one ConfigError listing every problem."""
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise ConfigError(
+            f"invalid config {source}: the top level must be a mapping of sections "
+            f"(model, data, train, ...), got {type(data).__name__}"
+        )
+    try:
+        return schema.model_validate(data)
+    except ValidationError as exc:
+        raise ConfigError(format_validation_error(exc, source)) from None
+
+
+def load_config(path: str | os.PathLike, schema: type[BaseModel] = RunConfig):
+    """Read a YAML config file and validate it."""
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"config file {path} does not exist (expected a YAML file)")
+    try:
+        data = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        raise ConfigError(f"config file {path} is not valid YAML{where}: {exc}") from None
+    return parse_config(data, str(path), schema)

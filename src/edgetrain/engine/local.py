@@ -1,0 +1,145 @@
+"""One local training run, from a validated config to a run directory.
+
+config -> data set -> split -> model (shaped to the data) -> train -> runs/<name>/
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from edgetrain import data as data_mod
+from edgetrain import models as models_mod
+from edgetrain.config import RunConfig
+from edgetrain.engine.trainer import EpochMetrics, train_classifier
+from edgetrain.errors import ConfigError
+from edgetrain.runs import RunDir, seed_everything
+
+
+@dataclass
+class LocalRunResult:
+    run_dir: Path
+    test_accuracy: float
+    test_loss: float
+    history: list[EpochMetrics]
+    model_name: str
+    model_options: dict[str, Any]
+    data_name: str
+    params: int
+    wall_seconds: float
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "run_dir": str(self.run_dir),
+            "accuracy": self.test_accuracy,
+            "test_loss": self.test_loss,
+            "model": self.model_name,
+            "model_options": self.model_options,
+            "data": self.data_name,
+            "params": self.params,
+            "epochs": len(self.history),
+            "wall_s": self.wall_seconds,
+        }
+
+
+def model_options_for(model_name: str, dataset, options: dict[str, Any]) -> dict[str, Any]:
+    """Fill the model options a data set determines (classes, channels, length, vocabulary).
+
+    Only options the model accepts are filled, and options the user gave win.
+    """
+    accepted = set(models_mod.spec(model_name).defaults)
+    shape = tuple(dataset.input_shape)
+    derived: dict[str, Any] = {"num_classes": dataset.num_classes}
+    kind = dataset.meta.get("kind")
+    if kind == "text" or dataset.x.dtype == torch.int64:
+        derived["vocab_size"] = int(dataset.meta.get("vocab_size", int(dataset.x.max()) + 1))
+        derived["max_len"] = shape[-1]
+    elif len(shape) == 2:  # C x T sensor window
+        derived["in_channels"], derived["length"] = shape
+    elif len(shape) == 3:  # C x H x W image
+        derived["in_channels"] = shape[0]
+        derived["input_size"] = shape[1]
+    out = {k: v for k, v in derived.items() if k in accepted}
+    out.update(options)
+    return out
+
+
+def run_local(
+    config: RunConfig,
+    *,
+    on_epoch: Callable[[EpochMetrics], None] | None = None,
+    on_step: Callable[[int, int], None] | None = None,
+    run_name: str | None = None,
+) -> LocalRunResult:
+    """Train ``config.model`` on ``config.data`` and write the run directory."""
+    start = time.perf_counter()
+    generator = seed_everything(config.seed)
+    dataset = data_mod.load(config.data.name, **config.data.options)
+    train_ds, test_ds = dataset.train_test_split(
+        test_fraction=config.data.test_fraction,
+        seed=config.seed,
+        stratify=config.data.split == "stratified",
+        by_group=config.data.split == "by-group",
+    )
+    if len(test_ds) == 0:
+        raise ConfigError("the test split is empty; raise data.test_fraction")
+    options = model_options_for(config.model.name, dataset, dict(config.model.options))
+    torch.manual_seed(config.seed)
+    model = models_mod.build(config.model.name, **options)
+    params = sum(p.numel() for p in model.parameters())
+
+    run = RunDir.unique(run_name or config.name, config.output_root)
+    run.write_config(
+        {
+            "config": config.model_dump(),
+            "resolved": {"model_options": options, "data_source": dataset.source},
+        }
+    )
+
+    def _log(m: EpochMetrics) -> None:
+        run.log_metrics({"event": "epoch", **m.to_dict()})
+        if on_epoch is not None:
+            on_epoch(m)
+
+    t = config.train
+    history = train_classifier(
+        model,
+        train_ds.x,
+        train_ds.y,
+        test_ds.x,
+        test_ds.y,
+        epochs=t.epochs,
+        batch_size=t.batch_size,
+        lr=t.lr,
+        optimizer=t.optimizer,
+        momentum=t.momentum,
+        weight_decay=t.weight_decay,
+        schedule=t.schedule,
+        generator=generator,
+        on_epoch=_log,
+        on_step=on_step,
+    )
+    run.save_model(
+        model.state_dict(),
+        metadata={"model": config.model.name, "seed": str(config.seed)},
+    )
+    last = history[-1]
+    result = LocalRunResult(
+        run_dir=run.path,
+        test_accuracy=last.test_accuracy,
+        test_loss=last.test_loss,
+        history=history,
+        model_name=config.model.name,
+        model_options=options,
+        data_name=config.data.name,
+        params=params,
+        wall_seconds=time.perf_counter() - start,
+    )
+    run.write_json("result.json", result.to_json())
+    return result

@@ -1,0 +1,163 @@
+"""Plain local training: the loop every later stage (budgets, federated clients,
+decentralized devices) reuses.
+
+Batches are drawn with an explicit ``torch.Generator`` so the same seed gives the same
+metrics; no DataLoader worker processes (the targets are single devices).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass
+
+import torch
+from torch import nn
+
+from edgetrain.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class EpochMetrics:
+    epoch: int
+    train_loss: float
+    train_accuracy: float
+    test_loss: float
+    test_accuracy: float
+    lr: float
+    seconds: float
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def make_optimizer(
+    params,
+    name: str,
+    lr: float,
+    momentum: float = 0.9,
+    weight_decay: float = 0.0,
+) -> torch.optim.Optimizer:
+    """Build one of the optimizers every stage supports: sgd, sgd-momentum, adam."""
+    params = [p for p in params if p.requires_grad]
+    if not params:
+        raise ConfigError("no trainable parameters: the fine-tuning strategy froze everything")
+    if name == "sgd":
+        return torch.optim.SGD(params, lr=lr, weight_decay=weight_decay)
+    if name == "sgd-momentum":
+        return torch.optim.SGD(params, lr=lr, momentum=momentum, weight_decay=weight_decay)
+    if name == "adam":
+        return torch.optim.Adam(params, lr=lr, weight_decay=weight_decay)
+    raise ConfigError(f"unknown optimizer {name!r}; accepted: sgd, sgd-momentum, adam")
+
+
+def batches(
+    n: int, batch_size: int, generator: torch.Generator | None, shuffle: bool = True
+) -> Iterator[torch.Tensor]:
+    """Index batches over ``range(n)``; shuffled with ``generator`` when asked."""
+    order = torch.randperm(n, generator=generator) if shuffle else torch.arange(n)
+    for start in range(0, n, batch_size):
+        yield order[start : start + batch_size]
+
+
+@torch.no_grad()
+def evaluate(
+    model: nn.Module,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    batch_size: int = 256,
+    loss_fn: Callable = nn.functional.cross_entropy,
+) -> tuple[float, float]:
+    """Mean loss and accuracy of a classifier on (x, y)."""
+    was_training = model.training
+    model.eval()
+    total_loss, correct = 0.0, 0
+    for idx in batches(len(x), batch_size, None, shuffle=False):
+        out = model(x[idx])
+        total_loss += float(loss_fn(out, y[idx], reduction="sum"))
+        correct += int((out.argmax(dim=1) == y[idx]).sum())
+    model.train(was_training)
+    n = max(len(x), 1)
+    return total_loss / n, correct / n
+
+
+def cosine_lr(base_lr: float, final_lr: float, step: int, total: int) -> float:
+    """Cosine annealing from ``base_lr`` to ``final_lr`` over ``total`` steps."""
+    if total <= 1:
+        return base_lr
+    t = min(step, total - 1) / (total - 1)
+    return final_lr + 0.5 * (base_lr - final_lr) * (1 + math.cos(math.pi * t))
+
+
+def train_classifier(
+    model: nn.Module,
+    x_train: torch.Tensor,
+    y_train: torch.Tensor,
+    x_test: torch.Tensor,
+    y_test: torch.Tensor,
+    *,
+    epochs: int,
+    batch_size: int,
+    lr: float,
+    optimizer: str = "adam",
+    momentum: float = 0.9,
+    weight_decay: float = 0.0,
+    schedule: str = "constant",
+    final_lr: float | None = None,
+    generator: torch.Generator | None = None,
+    on_epoch: Callable[[EpochMetrics], None] | None = None,
+    on_step: Callable[[int, int], None] | None = None,
+) -> list[EpochMetrics]:
+    """Train with cross-entropy; return one :class:`EpochMetrics` per epoch.
+
+    ``on_step(done, total)`` reports progress in steps; ``on_epoch`` receives each
+    epoch's metrics as soon as they are known (for metrics.jsonl and progress bars).
+    """
+    if len(x_train) == 0:
+        raise ConfigError("the training split is empty; lower test_fraction or add data")
+    opt = make_optimizer(model.parameters(), optimizer, lr, momentum, weight_decay)
+    steps_per_epoch = math.ceil(len(x_train) / batch_size)
+    total_steps = epochs * steps_per_epoch
+    final = final_lr if final_lr is not None else lr * 0.05
+    history: list[EpochMetrics] = []
+    step = 0
+    for epoch in range(1, epochs + 1):
+        model.train()
+        start = time.perf_counter()
+        loss_sum, correct, seen = 0.0, 0, 0
+        for idx in batches(len(x_train), batch_size, generator):
+            if schedule == "cosine":
+                for group in opt.param_groups:
+                    group["lr"] = cosine_lr(lr, final, step, total_steps)
+            xb, yb = x_train[idx], y_train[idx]
+            opt.zero_grad(set_to_none=True)
+            out = model(xb)
+            loss = nn.functional.cross_entropy(out, yb)
+            if not torch.isfinite(loss):
+                raise ConfigError(
+                    f"training diverged at epoch {epoch} (loss {float(loss.detach())}); lower train.lr "
+                    f"(now {lr})"
+                )
+            loss.backward()
+            opt.step()
+            loss_sum += float(loss.detach()) * len(idx)
+            correct += int((out.argmax(1) == yb).sum())
+            seen += len(idx)
+            step += 1
+            if on_step is not None:
+                on_step(step, total_steps)
+        test_loss, test_acc = evaluate(model, x_test, y_test)
+        metrics = EpochMetrics(
+            epoch=epoch,
+            train_loss=loss_sum / seen,
+            train_accuracy=correct / seen,
+            test_loss=test_loss,
+            test_accuracy=test_acc,
+            lr=opt.param_groups[0]["lr"],
+            seconds=time.perf_counter() - start,
+        )
+        history.append(metrics)
+        if on_epoch is not None:
+            on_epoch(metrics)
+    return history

@@ -1,0 +1,180 @@
+"""Seeds and run directories.
+
+A run directory ``runs/<name>/`` holds everything a run produced, as files a user can
+open: ``config.json`` (the validated config), ``metrics.jsonl`` (one JSON object per
+line, appended as the run goes), ``model.safetensors`` and anything later stages add
+(checkpoints, ``report.html``). Nothing in it is pickled.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import random
+import re
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from safetensors.torch import load_file, save_file
+
+from edgetrain.errors import ConfigError, ModelError
+
+_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+
+
+def seed_everything(seed: int) -> torch.Generator:
+    """Seed Python, NumPy and torch; return a torch generator seeded the same way.
+
+    Same seed and config give the same metrics: every random draw in edgetrain flows
+    from this seed (explicit generators where we can, the global RNGs otherwise).
+    """
+    if not isinstance(seed, int) or seed < 0:
+        raise ConfigError(f"seed must be a non-negative integer, got {seed!r}")
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
+    return torch.Generator().manual_seed(seed)
+
+
+def _jsonable(value: Any) -> Any:
+    """Convert numbers and containers to plain JSON; NaN/inf become null (valid JSON)."""
+    if isinstance(value, Mapping):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, torch.Tensor):
+        return _jsonable(value.tolist())
+    if isinstance(value, np.generic):
+        return _jsonable(value.item())
+    if isinstance(value, np.ndarray):
+        return _jsonable(value.tolist())
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, Path):
+        return str(value)
+    return value
+
+
+@dataclass
+class RunDir:
+    """A run's directory and the files in it."""
+
+    path: Path
+
+    CONFIG = "config.json"
+    METRICS = "metrics.jsonl"
+    MODEL = "model.safetensors"
+
+    @classmethod
+    def create(cls, name: str, root: str | os.PathLike = "runs", exist_ok: bool = False) -> RunDir:
+        """Create ``root/name``; refuse to overwrite an existing run unless ``exist_ok``."""
+        if not _NAME_RE.match(name):
+            raise ConfigError(
+                f"run name {name!r} is not accepted: use 1-128 letters, digits, '.', '_' or '-', "
+                "starting with a letter or digit"
+            )
+        path = Path(root) / name
+        if path.exists() and not exist_ok and any(path.iterdir()):
+            raise ConfigError(
+                f"run directory {path} already exists and is not empty; choose another --name "
+                "or remove it (runs are never overwritten silently)"
+            )
+        path.mkdir(parents=True, exist_ok=True)
+        return cls(path)
+
+    @classmethod
+    def unique(cls, prefix: str, root: str | os.PathLike = "runs") -> RunDir:
+        """Create ``root/prefix``, or ``prefix-2``, ``prefix-3``... if taken."""
+        root = Path(root)
+        candidate, i = prefix, 1
+        while (root / candidate).exists() and any((root / candidate).iterdir()):
+            i += 1
+            candidate = f"{prefix}-{i}"
+        return cls.create(candidate, root, exist_ok=True)
+
+    def write_config(self, config: Mapping[str, Any]) -> Path:
+        return self.write_json(self.CONFIG, config)
+
+    def write_json(self, filename: str, obj: Any) -> Path:
+        """Write ``obj`` as JSON atomically (temp file + rename), so a crash loses nothing."""
+        target = self.path / filename
+        tmp = target.with_suffix(target.suffix + ".tmp")
+        tmp.write_text(json.dumps(_jsonable(obj), indent=2, sort_keys=True) + "\n")
+        os.replace(tmp, target)
+        return target
+
+    def log_metrics(self, record: Mapping[str, Any]) -> None:
+        """Append one JSON line to metrics.jsonl (flushed immediately)."""
+        with open(self.path / self.METRICS, "a") as f:
+            f.write(json.dumps(_jsonable(record), sort_keys=True) + "\n")
+            f.flush()
+
+    def metrics(self) -> Iterator[dict[str, Any]]:
+        path = self.path / self.METRICS
+        if not path.exists():
+            return iter(())
+        return (json.loads(line) for line in path.read_text().splitlines() if line.strip())
+
+    def save_model(
+        self,
+        state_dict: Mapping[str, torch.Tensor],
+        filename: str = MODEL,
+        metadata: Mapping[str, str] | None = None,
+    ) -> Path:
+        return save_state(self.path / filename, state_dict, metadata)
+
+
+def save_state(
+    path: str | os.PathLike,
+    state_dict: Mapping[str, torch.Tensor],
+    metadata: Mapping[str, str] | None = None,
+) -> Path:
+    """Save tensors as safetensors, atomically; shared/non-contiguous tensors are copied."""
+    path = Path(path)
+    tensors = {k: v.detach().cpu().contiguous().clone() for k, v in state_dict.items()}
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    save_file(tensors, str(tmp), metadata=dict(metadata) if metadata else None)
+    os.replace(tmp, path)
+    return path
+
+
+def load_state(path: str | os.PathLike) -> dict[str, torch.Tensor]:
+    """Load a safetensors file; a missing or corrupt file is a ModelError naming it."""
+    path = Path(path)
+    if not path.is_file():
+        raise ModelError(f"model file {path} does not exist (expected a .safetensors file)")
+    try:
+        return load_file(str(path))
+    except Exception as exc:  # safetensors raises several types for corrupt headers/data
+        raise ModelError(
+            f"model file {path} is not a readable safetensors file ({exc}); "
+            "expected a file written by edgetrain or safetensors.torch.save_file"
+        ) from exc
+
+
+def load_into(model: torch.nn.Module, state: Mapping[str, torch.Tensor], *, strict: bool = True):
+    """Load ``state`` into ``model`` and list every mismatch instead of loading partially."""
+    own = model.state_dict()
+    missing = sorted(set(own) - set(state)) if strict else []
+    unexpected = sorted(set(state) - set(own))
+    shape = sorted(
+        f"{k}: file {tuple(state[k].shape)} vs model {tuple(own[k].shape)}"
+        for k in set(own) & set(state)
+        if tuple(own[k].shape) != tuple(state[k].shape)
+    )
+    problems = []
+    if missing:
+        problems.append("missing in file: " + ", ".join(missing))
+    if unexpected:
+        problems.append("not in model: " + ", ".join(unexpected))
+    if shape:
+        problems.append("shape mismatch: " + "; ".join(shape))
+    if problems:
+        raise ModelError("checkpoint does not match the model -> " + " | ".join(problems))
+    model.load_state_dict(dict(state), strict=strict)
+    return model

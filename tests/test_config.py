@@ -1,0 +1,61 @@
+import pytest
+
+from edgetrain.config import DEMO_CONFIG, RunConfig, load_config, parse_config
+from edgetrain.errors import ConfigError
+
+
+def test_demo_config_is_valid():
+    cfg = parse_config(DEMO_CONFIG)
+    assert cfg.model.name == "lenet" and cfg.data.name == "watch"
+    assert cfg.train.epochs >= 1
+
+
+def test_defaults_fill_missing_sections():
+    cfg = parse_config({})
+    assert cfg == RunConfig()
+
+
+def test_every_bad_field_is_named_in_one_error():
+    bad = {
+        "seed": -1,
+        "train": {"epochs": 0, "optimizer": "lion", "lrr": 0.1},
+        "data": {"test_fraction": 1.5},
+        "colour": "red",
+    }
+    with pytest.raises(ConfigError) as exc:
+        parse_config(bad, "bad.yaml")
+    msg = str(exc.value)
+    for needle in [
+        "bad.yaml",
+        "seed",
+        "train.epochs",
+        "train.optimizer",
+        "'sgd'",
+        "train.lrr: unknown field",
+        "data.test_fraction",
+        "colour: unknown field",
+    ]:
+        assert needle in msg, (needle, msg)
+
+
+def test_top_level_must_be_mapping():
+    with pytest.raises(ConfigError, match="must be a mapping"):
+        parse_config([1, 2], "list.yaml")
+
+
+def test_yaml_file_errors(tmp_path):
+    with pytest.raises(ConfigError, match="does not exist"):
+        load_config(tmp_path / "missing.yaml")
+    broken = tmp_path / "broken.yaml"
+    broken.write_text("model: {name: lenet\ntrain: [")
+    with pytest.raises(ConfigError, match="not valid YAML at line"):
+        load_config(broken)
+    good = tmp_path / "good.yaml"
+    good.write_text("name: x1\nseed: 3\ntrain:\n  epochs: 2\n  optimizer: sgd\n")
+    cfg = load_config(good)
+    assert cfg.seed == 3 and cfg.train.optimizer == "sgd" and cfg.train.epochs == 2
+
+
+def test_bad_run_name():
+    with pytest.raises(ConfigError, match="name"):
+        parse_config({"name": "../escape"})

@@ -1,0 +1,77 @@
+import json
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from edgetrain.errors import ConfigError, ModelError
+from edgetrain.runs import RunDir, load_into, load_state, save_state, seed_everything
+
+
+def test_seed_everything_is_reproducible():
+    g1 = seed_everything(7)
+    a = (torch.rand(3), np.random.rand(), torch.rand(2, generator=g1))
+    g2 = seed_everything(7)
+    b = (torch.rand(3), np.random.rand(), torch.rand(2, generator=g2))
+    assert torch.equal(a[0], b[0]) and a[1] == b[1] and torch.equal(a[2], b[2])
+    with pytest.raises(ConfigError):
+        seed_everything(-1)
+
+
+def test_run_dir_files(tmp_path):
+    run = RunDir.create("r1", tmp_path)
+    run.write_config({"seed": 1, "nested": {"x": float("nan")}})
+    run.log_metrics({"epoch": 1, "acc": 0.5, "t": torch.tensor(2.0)})
+    run.log_metrics({"epoch": 2, "acc": float("inf")})
+    cfg = json.loads((run.path / "config.json").read_text())
+    assert cfg == {"seed": 1, "nested": {"x": None}}
+    rows = list(run.metrics())
+    assert rows == [{"epoch": 1, "acc": 0.5, "t": 2.0}, {"epoch": 2, "acc": None}]
+    with pytest.raises(ConfigError, match="already exists"):
+        RunDir.create("r1", tmp_path)
+    assert RunDir.unique("r1", tmp_path).path.name == "r1-2"
+    with pytest.raises(ConfigError, match="not accepted"):
+        RunDir.create("../x", tmp_path)
+
+
+def test_safetensors_round_trip_and_corruption(tmp_path):
+    model = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.ReLU(), torch.nn.Linear(4, 2))
+    path = save_state(tmp_path / "m.safetensors", model.state_dict(), {"model": "mlp"})
+    other = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.ReLU(), torch.nn.Linear(4, 2))
+    load_into(other, load_state(path))
+    for a, b in zip(model.parameters(), other.parameters(), strict=True):
+        assert torch.equal(a, b)
+    corrupt = tmp_path / "bad.safetensors"
+    corrupt.write_bytes(path.read_bytes()[:20])
+    with pytest.raises(ModelError, match="not a readable safetensors"):
+        load_state(corrupt)
+    with pytest.raises(ModelError, match="does not exist"):
+        load_state(tmp_path / "nope.safetensors")
+
+
+def test_load_into_lists_every_mismatch_and_loads_nothing():
+    model = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.Linear(4, 2))
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    state = {"0.weight": torch.zeros(5, 3), "0.bias": torch.zeros(4), "9.weight": torch.zeros(1)}
+    with pytest.raises(ModelError) as exc:
+        load_into(model, state)
+    msg = str(exc.value)
+    assert "1.weight" in msg and "1.bias" in msg  # missing
+    assert "9.weight" in msg  # unexpected
+    assert "0.weight: file (5, 3) vs model (4, 3)" in msg
+    for k, v in model.state_dict().items():
+        assert torch.equal(v, before[k])  # never a partial load
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.dictionaries(st.text("abcdef._", min_size=1, max_size=8), st.integers(1, 5), max_size=5))
+def test_state_round_trip_property(tmp_path_factory, shapes):
+    path = tmp_path_factory.mktemp("st") / "x.safetensors"
+    state = {k: torch.randn(n, 2) for k, n in shapes.items()}
+    save_state(path, state)
+    loaded = load_state(path)
+    assert set(loaded) == set(state)
+    for k in state:
+        assert torch.equal(loaded[k], state[k])
