@@ -1,0 +1,1 @@
+"""Loaders for public activity-recognition sets in the exact layout users download."""

@@ -1,0 +1,1 @@
+"""Real data sets read offline from files inside installed packages."""
