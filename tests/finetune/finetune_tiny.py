@@ -1,0 +1,72 @@
+"""A tiny CCT-like transformer with the zoo attributes, for fast strategy tests."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+
+class TinyAttention(nn.Module):
+    def __init__(self, dim: int, heads: int):
+        super().__init__()
+        self.heads, self.hd = heads, dim // heads
+        self.q = nn.Linear(dim, dim, bias=False)
+        self.k = nn.Linear(dim, dim, bias=False)
+        self.v = nn.Linear(dim, dim, bias=False)
+        self.out = nn.Linear(dim, dim)
+
+    def forward(self, x):
+        def split(t):
+            return t.unflatten(-1, (self.heads, self.hd)).transpose(1, 2)
+
+        q, k, v = split(self.q(x)), split(self.k(x)), split(self.v(x))
+        w = torch.softmax(q @ k.transpose(-2, -1) / self.hd**0.5, dim=-1)
+        return self.out((w @ v).transpose(1, 2).flatten(2))
+
+
+class TinyBlock(nn.Module):
+    def __init__(self, dim: int, heads: int):
+        super().__init__()
+        self.pre_norm = nn.LayerNorm(dim)
+        self.attn = TinyAttention(dim, heads)
+        self.norm1 = nn.LayerNorm(dim)
+        self.fc1 = nn.Linear(dim, dim)
+        self.act = nn.GELU()
+        self.fc2 = nn.Linear(dim, dim)
+
+    def forward(self, x):
+        x = self.norm1(x + self.attn(self.pre_norm(x)))
+        return x + self.fc2(self.act(self.fc1(x)))
+
+
+class TinyCCT(nn.Module):
+    """conv tokenizer -> 2 blocks -> LayerNorm -> sequence pooling -> fc (input 3x8x8)."""
+
+    def __init__(self, dim: int = 8, heads: int = 2, classes: int = 3, seed: int = 0):
+        super().__init__()
+        torch.manual_seed(seed)
+        self.tokenizer = nn.Sequential(
+            nn.Conv2d(3, dim, 3, padding=1, bias=False), nn.ReLU(), nn.MaxPool2d(3, 2, 1)
+        )
+        self.encoder = nn.ModuleList([TinyBlock(dim, heads), TinyBlock(dim, heads)])
+        self.norm = nn.LayerNorm(dim)
+        self.attention_pool = nn.Linear(dim, 1)
+        self.fc = nn.Linear(dim, classes)
+        self.stem = ["tokenizer"]
+        self.blocks = ["encoder.0", "encoder.1"]
+        self.head = "fc"
+        self.input_shape = (3, 8, 8)
+        self.num_classes = classes
+
+    def forward(self, x):
+        x = self.tokenizer(x).flatten(2).transpose(1, 2)
+        for b in self.encoder:
+            x = b(x)
+        x = self.norm(x)
+        w = torch.softmax(self.attention_pool(x), dim=1)
+        return self.fc((w.transpose(1, 2) @ x).squeeze(1))
+
+
+def batch(n: int = 4, seed: int = 1, classes: int = 3):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(n, 3, 8, 8, generator=g), torch.randint(0, classes, (n,), generator=g)
