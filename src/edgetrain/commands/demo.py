@@ -41,8 +41,9 @@ def _train(config, json_out: bool, name: str | None) -> None:
         print_json(result.to_json())
         return
     chance = 1.0 / max(int(result.model_options.get("num_classes", 1)), 1)
+    split = "held-out subjects" if config.data.split == "by-group" else "held-out windows"
     typer.echo(
-        f"test accuracy: {result.test_accuracy:.4f} (chance {chance:.3f}) "
+        f"test accuracy on {split}: {result.test_accuracy:.4f} (chance {chance:.3f}) "
         f"after {len(result.history)} epochs, {result.wall_seconds:.1f} s"
     )
     typer.echo(f"run directory: {result.run_dir}")
