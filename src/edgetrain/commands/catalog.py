@@ -57,9 +57,37 @@ def register(app: typer.Typer) -> None:
         if json_out:
             print_json(rows)
             return
-        phones = [r for r in rows if r.get("kind") == "phone"]
-        socs = [r for r in rows if r.get("kind") == "soc"]
+        phones = [_human(r) for r in rows if r.get("kind") == "phone"]
+        socs = [_human(r) for r in rows if r.get("kind") == "soc"]
         if phones:
-            print_table("phones", phones, [k for k in phones[0] if k not in ("kind", "sources")])
+            print_table(
+                "phones (compute: sustained training rate, see sources in --json)",
+                phones,
+                ["name", "catalogue", "soc", "memory", "compute", "battery_mah"],
+            )
         if socs:
-            print_table("SoC targets", socs, [k for k in socs[0] if k not in ("kind", "sources")])
+            print_table(
+                "SoC targets",
+                socs,
+                ["name", "memory", "compute", "cores", "fpus", "freq", "gemm_array", "tiers"],
+            )
+
+
+def _human(row: dict) -> dict:
+    """Readable units for the table (the JSON keeps exact integers)."""
+    out = dict(row)
+    mem = row.get("memory_bytes")
+    if isinstance(mem, (int, float)):
+        out["memory"] = f"{mem / 2**30:.0f} GiB" if mem >= 2**30 else f"{mem / 2**20:.1f} MiB"
+    flops = row.get("compute_flops")
+    if isinstance(flops, (int, float)):
+        out["compute"] = f"{flops / 1e9:.1f} GFLOP/s"
+    freq = row.get("freq_hz")
+    if isinstance(freq, (int, float)):
+        out["freq"] = f"{freq / 1e6:.0f} MHz"
+    tiers = row.get("tiers")
+    if isinstance(tiers, list):
+        out["tiers"] = ", ".join(
+            f"{t.get('name')} {t.get('size')}" if isinstance(t, dict) else str(t) for t in tiers
+        )
+    return out

@@ -44,7 +44,14 @@ def catalog() -> list[dict[str, Any]]:
                 "memory_bytes": s.total_memory_bytes,
                 "compute_flops": s.core_peak_flops + s.gemm_peak_flops,
                 "battery_mah": None,
-                "tiers": " / ".join(f"{t.name} {_size(t.capacity_bytes)}" for t in s.tiers),
+                "tiers": [
+                    {
+                        "name": t.name,
+                        "capacity_bytes": t.capacity_bytes,
+                        "size": _size(t.capacity_bytes),
+                    }
+                    for t in s.tiers
+                ],
                 "cores": s.cores,
                 "fpus": s.fpus,
                 "freq_hz": s.freq_hz,
