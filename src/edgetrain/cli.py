@@ -18,6 +18,8 @@ from edgetrain.errors import EdgetrainError
 
 # One line per subcommand module; each module defines ``register(app: typer.Typer)``.
 COMMAND_MODULES = [
+    "edgetrain.commands.plan",  # edgetrain plan (memory + latency plan on an SoC)
+    "edgetrain.commands.alloc",  # edgetrain alloc (MiniMalloc CSV problems)
     "edgetrain.commands.catalog",  # models / data / devices listings
     "edgetrain.commands.demo",  # edgetrain demo
 ]
