@@ -297,3 +297,16 @@ def test_zoo_batchnorm_model_updates_running_stats_like_eager():
     torch.testing.assert_close(loss, ref_loss.detach(), rtol=0, atol=1e-5)
     for name, value in ref.state_dict().items():
         torch.testing.assert_close(new[name], value, rtol=0, atol=1e-5, msg=name)
+
+
+def test_batchnorm_at_batch_one_is_a_model_error():
+    import pytest
+
+    from edgetrain.errors import ModelError
+    from edgetrain.graph import capture
+    from edgetrain.models import build, example_input
+
+    model = build("deep-ae")
+    x = example_input(model, 1)
+    with pytest.raises(ModelError, match="batchnorm=False"):
+        capture(model, x, x.clone(), loss="mse")

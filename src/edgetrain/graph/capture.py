@@ -270,6 +270,15 @@ def capture(
             gm = make_fx(step, tracing_mode="fake")(*flat)
     except _CAPTURE_ERRORS as exc:
         raise _unsupported(model, exc, rec.where()) from None
+    except ValueError as exc:
+        if "more than 1 value per channel" in str(exc):
+            raise ModelError(
+                f"BatchNorm module {rec.where() or '?'} cannot train at batch "
+                f"{example_input.shape[0]}: batch statistics need at least 2 values per "
+                "channel; use batch >= 2 or a model option without BatchNorm "
+                "(e.g. deep-ae batchnorm=False)"
+            ) from None
+        raise
     except (RuntimeError, NotImplementedError) as exc:
         msg = str(exc)
         if "fake" in msg.lower() or "meta" in msg.lower() or "data-dependent" in msg.lower():
