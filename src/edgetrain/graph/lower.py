@@ -134,6 +134,12 @@ def lower(step: Any, rec: Any, meta: dict) -> TrainGraph:
         in_names = tensor_names(list(fx.args) + list(fx.kwargs.values()))
         aliases = None
         src = ops.aliased_arg(fx.target)
+        if src is None and ops.is_layout(fx.target, dict(fx.kwargs)):
+            # schema without alias info (``_unsafe_view``, composite reshapes):
+            # ask the traced fake tensors whether the output reuses an input's storage
+            src = ops.storage_alias(vals(tuple(fx.args)), val)
+            if src is None and ops.base_name(fx.target) in ops.VIEW_OPS_WITHOUT_ALIAS_INFO:
+                src = 0  # no traced values (e.g. a meta-less graph): the op is a view
         if src is not None and src < len(fx.args) and tensor_names(fx.args[src]):
             aliases = tensor_names(fx.args[src])[0]
         kind = _PHASE_KIND[phase]

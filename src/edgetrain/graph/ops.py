@@ -15,7 +15,10 @@ import torch
 from torch.utils.flop_counter import flop_registry
 
 # Ops that move or reinterpret data without arithmetic. View ops are detected
-# from the schema (``OpOverload.is_view``); these copying variants are listed.
+# from the schema (``OpOverload.is_view``); these are the variants whose schema
+# does not say so: ``*_copy`` always copy, the composite ones (``reshape``,
+# ``contiguous``, ``flatten``...) copy only when strides force it, and
+# ``_unsafe_view`` never copies (see ``VIEW_OPS_WITHOUT_ALIAS_INFO``).
 _LAYOUT_COPY_OPS = frozenset(
     {
         "contiguous",
@@ -78,6 +81,43 @@ def aliased_arg(target: Any) -> int | None:
         info = arg.alias_info
         if info is not None and wanted & set(info.before_set):
             return i
+    return None
+
+
+# View-like ops whose schema carries no alias annotation, so ``aliased_arg`` cannot
+# see that they return their input's storage. ``_unsafe_view`` is ``view`` that
+# autograd does not track as a view (ATen TensorShape.cpp: it "differs from view()
+# in that the returned tensor isn't treated as a view for the purposes of automatic
+# differentiation"; autograd emits it after ``mm``/``bmm``/``clone`` on temporaries)
+# -- it still returns its input's storage. ``alias``/``lift_fresh`` return ``self``.
+# For composite reshapes (``reshape``, ``contiguous``...) a copy happens or not
+# depending on strides, so they are decided from the traced tensors by
+# :func:`storage_alias`.
+VIEW_OPS_WITHOUT_ALIAS_INFO = frozenset({"_unsafe_view", "alias", "lift_fresh"})
+
+
+def storage_alias(args: Any, out: Any) -> int | None:
+    """Index of the tensor in ``args`` whose storage ``out`` shares, from traced values.
+
+    ``make_fx(tracing_mode="fake")`` keeps real storage identity on its fake
+    tensors: a view or a no-op ``contiguous``/``reshape`` returns a tensor on
+    its input's storage, a real copy (``clone`` of a transposed tensor) a new
+    one. This is the ground truth for ops whose schema has no alias info.
+    Returns None when ``out`` is not a single tensor or owns fresh storage.
+    """
+    if not isinstance(out, torch.Tensor):
+        return None
+    try:
+        out_ref = out.untyped_storage()._cdata
+    except (RuntimeError, NotImplementedError):
+        return None
+    for i, a in enumerate(args):
+        if isinstance(a, torch.Tensor):
+            try:
+                if a.untyped_storage()._cdata == out_ref:
+                    return i
+            except (RuntimeError, NotImplementedError):
+                continue
     return None
 
 

@@ -5,14 +5,24 @@ Nothing here is measured: cycles come from operation counts, the target profile
 model exists to compare strategies and targets the way TrainDeeploy's Fig. 5 does,
 not to predict a silicon run to the cycle.
 
-Per node, with DMA overlapped with compute by double buffering (TrainDeeploy §IV):
+Per node, with ``dma = l2_l1_bytes / dma_l2_l1 + l3_l2_bytes / dma_l3_l2``:
 
-    cycles(node) = max(compute_cycles, l2_l1_bytes / dma_l2_l1 + l3_l2_bytes / dma_l3_l2)
+    cycles(node) = compute_cycles + dma            (single buffering, the default)
+    cycles(node) = max(compute_cycles, dma)        (double buffering)
 
-*Cluster cores.* A GEMM/convolution runs at ``CORE_GEMM_EFFICIENCY`` of the FPUs'
-peak (``fpus x core_flop_per_cycle``). Other ops are element loops: each core
-issues ``INSTR_PER_ELEMENT`` instructions per output element, and the shared FPUs
-execute ``FP_OPS_PER_ELEMENT`` FP operations per element, whichever binds.
+The TrainDeeploy paper does not say that transfers overlap compute. Deeploy, which
+it extends, generates single- or double-buffered tiling code, double buffering
+being opt-in (``--doublebuffer`` in Deeploy's network generation and test runners;
+``SingleBufferingTilingCodeGeneration`` / ``DoubleBufferingTilingCodeGeneration``
+in its TilingExtension). So the default here serialises DMA and compute; pass
+``double_buffering=True`` for the overlapped bound.
+
+*Cluster cores.* A GEMM/convolution runs at ``CORE_GEMM_FLOP_PER_CYCLE`` (the
+cluster's sustained rate for a generic, not autotuned FP32 matrix-multiply kernel,
+see the constant), capped by the FPUs' peak (``fpus x core_flop_per_cycle``).
+Other ops are element loops: each core issues ``INSTR_PER_ELEMENT`` instructions
+per output element, and the shared FPUs execute ``FP_OPS_PER_ELEMENT`` FP
+operations per element, whichever binds.
 
 *GEMM accelerator* (RedMulE, a rows x cols array of FP FMAs, TrainDeeploy §V-B).
 A GEMM is cut into ``ceil(M/rows) x ceil(N/cols)`` output blocks; each block
@@ -29,12 +39,22 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from edgetrain.memory.hierarchy import fused_gemms
 from edgetrain.memory.tiling import Gemm, node_gemms, op_base
 
-# PULP-TrainLib reaches 5.6 FLOP/cycle on the same 8-core / 4-FPU PULP cluster
-# (TrainDeeploy Table II and §VI-C) out of a peak of 4 FPUs x 2 FLOP (FMA) = 8:
-# sustained GEMM efficiency on the cores = 5.6 / 8 = 0.70.
-CORE_GEMM_EFFICIENCY = 5.6 / 8.0
+# Sustained FP32 GEMM rate of the 8 cluster cores running a generic ("one-size-fits-
+# all") matrix-multiply kernel. PULP-TrainLib (Nadalini et al., SAMOS 2022, abstract):
+# autotuned kernels "improve MAC/clk by up to 2.4x compared to 'one-size-fits-all'
+# matrix multiplication, achieving up to 4.39 MAC/clk" on an 8-core PULP cluster, so
+# the generic kernel sustains 4.39 / 2.4 = 1.83 MAC/clk = 3.66 FLOP/cycle. That rate
+# is bound by the cores' load/store instructions (0.23 MAC per core per cycle), not by
+# FPUs, so it holds on TrainDeeploy's 4 shared FPUs (3.66 < 4 x 2 FLOP peak).
+# TrainDeeploy's kernels are not PULP-TrainLib's: §VI-C credits PULP-TrainLib's higher
+# 5.6 FLOP/cycle (Table II, L1-resident Deep-AE) to "its highly optimized computational
+# primitives" -- the figure this model used before, which undercounted core latency.
+CORE_GEMM_FLOP_PER_CYCLE = 2.0 * 4.39 / 2.4
+# Kept for reference / comparison: the autotuned PULP-TrainLib rate (TrainDeeploy Table II).
+PULP_TRAINLIB_FLOP_PER_CYCLE = 5.6
 
 # RedMulE: "a 12x4 systolic array of FPUs with a three-stage pipeline"
 # (TrainDeeploy §V-B; Tortorella et al., RedMulE, DATE 2022 / FGCS 2023).
@@ -134,14 +154,27 @@ def _elements(names: tuple[str, ...], tensors: dict) -> int:
     )
 
 
-def estimate_latency(graph: Any, plan: Any, target: Any) -> LatencyEstimate:
+def estimate_latency(
+    graph: Any,
+    plan: Any,
+    target: Any,
+    *,
+    core_gemm_flop_per_cycle: float = CORE_GEMM_FLOP_PER_CYCLE,
+    double_buffering: bool = False,
+) -> LatencyEstimate:
     """Estimated cycles of one training step on ``target`` (see module docstring).
 
     ``plan`` is the :class:`~edgetrain.memory.hierarchy.HierarchyPlan` giving each
     node's traffic; without a GEMM array the "accelerated" figure equals the cores'.
+    ``core_gemm_flop_per_cycle`` overrides the cores' GEMM rate (e.g.
+    ``PULP_TRAINLIB_FLOP_PER_CYCLE`` for autotuned kernels); fused LoRA chains
+    (``graph.meta["fused"]``) are costed from their recorded GEMMs.
+    ``double_buffering`` overlaps each node's DMA with its compute (module docstring).
     """
     tensors = graph.tensors
     core_peak = target.fpus * target.core_flop_per_cycle
+    core_gemm_rate = min(core_gemm_flop_per_cycle, core_peak)
+    fused = graph.meta.get("fused", {}) if isinstance(graph.meta, dict) else {}
     dma_l2_l1 = float(target.dma_bytes_per_cycle.get("l2_l1", math.inf))
     dma_l3_l2 = float(target.dma_bytes_per_cycle.get("l3_l2", math.inf))
     array = target.gemm_array
@@ -154,13 +187,19 @@ def estimate_latency(graph: Any, plan: Any, target: Any) -> LatencyEstimate:
         if node.aliases is not None:  # a view: no data moves, no compute
             costs.append(NodeCost(node.name, node.op, 0.0, 0.0, False))
             continue
-        gemms = node_gemms(node, tensors)
+        spec = fused.get(node.name)
+        gemms = fused_gemms(spec) if spec is not None else node_gemms(node, tensors)
         if gemms:
             flops = node.flops or sum(2 * g.macs for g in gemms)
-            compute_cores = flops / (core_peak * CORE_GEMM_EFFICIENCY)
+            compute_cores = flops / core_gemm_rate
             compute_accel = (
                 sum(accel_gemm_cycles(g, *array) for g in gemms) if array else compute_cores
             )
+            if spec is not None:  # the LoRA scale folded into B: an r x d_out loop on the cores
+                fold = int(spec.get("fold_elems", 0))
+                fold_cycles = max(fold * INSTR_PER_ELEMENT / target.cores, fold / target.fpus)
+                compute_cores += fold_cycles
+                compute_accel += fold_cycles
         else:
             base = op_base(node.op)
             elems = max(_elements(node.outputs, tensors), _elements(node.inputs, tensors))
@@ -169,8 +208,12 @@ def estimate_latency(graph: Any, plan: Any, target: Any) -> LatencyEstimate:
                 elems * INSTR_PER_ELEMENT / target.cores, elems * fp_ops / target.fpus
             )
             compute_accel = compute_cores
-        cores_cycles = max(compute_cores, dma)
-        accel_cycles = max(compute_accel, dma)
+        if double_buffering:
+            cores_cycles = max(compute_cores, dma)
+            accel_cycles = max(compute_accel, dma)
+        else:
+            cores_cycles = compute_cores + dma
+            accel_cycles = compute_accel + dma
         total_cores += cores_cycles
         total_accel += accel_cycles
         costs.append(
@@ -184,7 +227,8 @@ def estimate_latency(graph: Any, plan: Any, target: Any) -> LatencyEstimate:
         nodes=costs,
         assumptions={
             "estimate": True,
-            "core_gemm_efficiency": CORE_GEMM_EFFICIENCY,
+            "core_gemm_flop_per_cycle": core_gemm_rate,
+            "double_buffering": double_buffering,
             "accel_pipeline_stages": ACCEL_PIPELINE_STAGES,
             "accel_job_overhead_cycles": ACCEL_JOB_OVERHEAD_CYCLES,
             "instr_per_element": INSTR_PER_ELEMENT,

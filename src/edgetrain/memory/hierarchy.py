@@ -33,7 +33,7 @@ import numpy as np
 from edgetrain.errors import BudgetError, ConfigError
 from edgetrain.memory.allocator import Allocation, allocate
 from edgetrain.memory.liveness import Buffer
-from edgetrain.memory.tiling import Tile, node_gemms, tile_gemm
+from edgetrain.memory.tiling import Gemm, Tile, node_gemms, tile_gemm
 
 ELEM_BYTES = 4  # FP32 everywhere (TrainDeeploy §V-A: "all computations ... in FP32")
 
@@ -90,10 +90,33 @@ def _access_counts(graph: Any, buffers: Sequence[Buffer]) -> dict[str, tuple[int
     return {k: (w, r) for k, (w, r) in counts.items()}
 
 
-def node_l2_l1_traffic(node: Any, tensors: dict, l1_bytes: int) -> tuple[int, list[Tile]]:
-    """Bytes a node moves between L2 and L1, and the tiles of its GEMMs."""
+def fused_gemms(spec: dict) -> list[Gemm]:
+    """The GEMMs of a fused chain recorded by :func:`edgetrain.memory.fusion.fuse_lora`."""
+    return [Gemm(int(g["batch"]), int(g["m"]), int(g["n"]), int(g["k"])) for g in spec["gemms"]]
+
+
+def node_l2_l1_traffic(
+    node: Any, tensors: dict, l1_bytes: int, fused: dict | None = None
+) -> tuple[int, list[Tile]]:
+    """Bytes a node moves between L2 and L1, and the tiles of its GEMMs.
+
+    ``fused`` is the node's chain spec when it is a fused LoRA linear: its GEMMs
+    stream their operands tile by tile as usual, but partial results stay in the
+    L1 output tile (RedMulE accumulates ``Z = Y + X W``), so each output of the
+    chain is written once, and the LoRA scale is applied to B (read + write of an
+    r x d_out matrix) instead of to a full-size product.
+    """
     if _is_view(node):
         return 0, []
+    if fused is not None:
+        tiles = [tile_gemm(g, l1_bytes, ELEM_BYTES) for g in fused_gemms(fused)]
+        streamed = sum(
+            t.l2_l1_bytes - ELEM_BYTES * t.gemm.batch * t.gemm.m * t.gemm.n for t in tiles
+        )
+        written = sum(tensors[t].nbytes for t in node.outputs if t in tensors)
+        bias = sum(int(g.get("bias_bytes", 0)) for g in fused["gemms"])
+        fold = 2 * ELEM_BYTES * int(fused.get("fold_elems", 0))
+        return streamed + written + bias + fold, tiles
     gemms = node_gemms(node, tensors)
     if gemms:
         tiles = [tile_gemm(g, l1_bytes, ELEM_BYTES) for g in gemms]
@@ -144,8 +167,11 @@ def place_hierarchy(
     tiles: dict[str, list[Tile]] = {}
     node_l2_l1: dict[str, int] = {}
     l1_peak = 0
+    fused_specs = graph.meta.get("fused", {}) if isinstance(graph.meta, dict) else {}
     for node in nodes:
-        moved, node_tiles = node_l2_l1_traffic(node, tensors, l1.capacity_bytes)
+        moved, node_tiles = node_l2_l1_traffic(
+            node, tensors, l1.capacity_bytes, fused_specs.get(node.name)
+        )
         node_l2_l1[node.name] = moved
         if node_tiles:
             tiles[node.name] = node_tiles

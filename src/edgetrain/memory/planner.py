@@ -15,8 +15,10 @@ import numpy as np
 
 from edgetrain.memory.allocator import Allocation, allocate
 from edgetrain.memory.cost_model import LatencyEstimate, estimate_latency
+from edgetrain.memory.fusion import fuse_lora as fuse_lora_graph
 from edgetrain.memory.hierarchy import PLACEMENTS, HierarchyPlan, place_hierarchy
 from edgetrain.memory.liveness import STATIC_KINDS, Buffer, lifetimes, live_bytes
+from edgetrain.memory.peak import PeakReport, peak_report
 
 # Kinds stacked in the timeline plot, in drawing order (TrainDeeploy Fig. 1b).
 TIMELINE_KINDS = (
@@ -50,6 +52,9 @@ class TrainingPlan:
     hierarchy: HierarchyPlan
     latency: LatencyEstimate
     placement: str = "spill"
+    fused_lora: bool = False
+    double_buffering: bool = False
+    dynamic_peak: PeakReport | None = None
     buffers: list[Buffer] = field(repr=False, default_factory=list)
     nodes: int = 0
     phases: list[str] = field(repr=False, default_factory=list)
@@ -90,6 +95,9 @@ class TrainingPlan:
             "arena_optimal": self.allocation.optimal,
             "dynamic_peak_bytes": self.dynamic_peak_bytes,
             "dynamic_lower_bound_bytes": self.dynamic_allocation.lower_bound_bytes,
+            "dynamic_peak_at": self.dynamic_peak.to_json() if self.dynamic_peak else None,
+            "fused_lora": self.fused_lora,
+            "double_buffering": self.double_buffering,
             "tiers": h["tiers"],
             "transfers": h["transfers"],
             "latency_ms": {
@@ -125,6 +133,8 @@ def plan_training(
     time_limit_s: float = 1.0,
     model_options: dict | None = None,
     placement: str = "spill",
+    fuse_lora: bool = True,
+    double_buffering: bool = False,
 ) -> TrainingPlan:
     """Capture the training step of a model and plan its memory and latency on ``target``."""
     import torch
@@ -161,6 +171,8 @@ def plan_training(
         model_name=name,
         time_limit_s=time_limit_s,
         placement=placement,
+        fuse_lora=fuse_lora,
+        double_buffering=double_buffering,
     )
 
 
@@ -174,17 +186,28 @@ def plan_graph(
     model_name: str = "",
     time_limit_s: float = 1.0,
     placement: str = "spill",
+    fuse_lora: bool = True,
+    double_buffering: bool = False,
 ) -> TrainingPlan:
-    """Plan an already captured TrainGraph (``info`` is the strategy's StrategyInfo)."""
+    """Plan an already captured TrainGraph (``info`` is the strategy's StrategyInfo).
+
+    ``fuse_lora`` (default) plans each LoRA linear as one RedMulE accumulation chain
+    (:func:`edgetrain.memory.fusion.fuse_lora`); ``False`` plans the captured ops one
+    by one, as TrainDeeploy's deployment treats LoRA ("as standard GEMMs", §IV).
+    ``double_buffering`` overlaps DMA with compute in the latency estimate
+    (:func:`edgetrain.memory.cost_model.estimate_latency`; default: serialised).
+    """
     from edgetrain.devices import get_target
 
     soc = get_target(target) if isinstance(target, str) else target
+    if fuse_lora:
+        graph = fuse_lora_graph(graph)
     buffers = lifetimes(graph)
     alloc = allocate(buffers, time_limit_s=time_limit_s)
     dynamic = [b for b in buffers if b.kind_name not in STATIC_KINDS]
     dyn_alloc = allocate(dynamic, time_limit_s=time_limit_s)
     hplan = place_hierarchy(graph, buffers, soc, placement=placement, allocation=alloc)
-    latency = estimate_latency(graph, hplan, soc)
+    latency = estimate_latency(graph, hplan, soc, double_buffering=double_buffering)
     return TrainingPlan(
         model=model_name or str(graph.meta.get("model", "")),
         strategy=str(info.strategy),
@@ -201,6 +224,9 @@ def plan_graph(
         hierarchy=hplan,
         latency=latency,
         placement=placement,
+        fused_lora=bool(fuse_lora and graph.meta.get("fused")),
+        double_buffering=double_buffering,
+        dynamic_peak=peak_report(graph, buffers),
         buffers=buffers,
         nodes=len(graph.nodes),
         phases=[n.phase for n in graph.nodes],

@@ -7,8 +7,9 @@ im2col, as TrainDeeploy does to map them on RedMulE (§IV "Accelerator Support")
 
 A GEMM C[M,N] = A[M,K] B[K,N] is tiled output-stationary: for each (tm x tn) tile of
 C, the k loop streams (tm x tk) tiles of A and (tk x tn) tiles of B from L2 into L1;
-C stays in L1 until done. With double buffering (TrainDeeploy §IV: DMA overlaps
-compute) the L1 working set is ``2 * elem * (tm*tk + tk*tn + tm*tn)`` and the
+C stays in L1 until done. Tiles are sized for double buffering (Deeploy can generate
+double-buffered tiling code; reserving room for it keeps a tile valid either way), so
+the L1 working set is ``2 * elem * (tm*tk + tk*tn + tm*tn)`` and the
 L2->L1 traffic is ``elem * (M*K*ceil(N/tn) + K*N*ceil(M/tm) + M*N)``. We pick the
 tile minimising traffic among power-of-two sizes (and the full dimension) that fit.
 """
