@@ -22,6 +22,7 @@ COMMAND_MODULES = [
     "edgetrain.commands.alloc",  # edgetrain alloc (MiniMalloc CSV problems)
     "edgetrain.commands.catalog",  # models / data / devices listings
     "edgetrain.commands.demo",  # edgetrain demo
+    "edgetrain.commands.budget",  # edgetrain budget (memory-budget training)
 ]
 
 app = typer.Typer(

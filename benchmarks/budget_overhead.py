@@ -1,0 +1,336 @@
+"""Step-time overhead vs memory budget: none / recompute / compress / swap / hybrid,
+beside torch.utils.checkpoint on every block and PyTorch's min-cut partitioner.
+
+For each model (MobileNetV2 batch 32, small BERT batch 8 by default) the model is
+profiled once; at every budget (a fraction of the *measured* unplanned
+saved-activation peak) each method is planned and all plans run interleaved
+from the same weights (``--repeats`` timed steps each after a warm-up).  Reported:
+step-time ratio = median(plan) / median(none) of the same run in process CPU
+time (one intra-op thread; wall-time ratio also recorded), measured peak
+(accountant: bytes held by saved tensors) vs budget, predicted peak, max |grad
+error| vs unplanned.  Infeasible budgets print the method's minimum feasible
+budget.  Baselines on the same accountant:
+
+* ``ckpt-all``: ``torch.utils.checkpoint(use_reentrant=False)`` on every planner
+  unit (block); budget-independent.  Its recomputed tensors live in torch's
+  private frames, so the accountant sees only the checkpoint inputs (a lower
+  bound on its true peak).
+* ``mincut``: ``torch.compile`` with AOTAutograd's
+  ``min_cut_rematerialization_partition`` and
+  ``torch._functorch.config.activation_memory_budget = budget fraction``, run
+  with eager FX graphs (no inductor codegen) so only the partitioning differs.
+
+Writes a PNG per model (``--out``).  ``--quick`` runs a tiny setting (for tests).
+
+    python benchmarks/budget_overhead.py [--quick] [--models mobilenetv2:32,bert-small:8]
+        [--budgets 0.9,0.8,0.7,0.6,0.5,0.4,0.3,0.25,0.2] [--no-mincut] [--json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import copy
+import json
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+from edgetrain.commands.budget import zoo_task
+from edgetrain.engine.budget import MemoryAccountant, minimum_budget, plan, profile_model
+from edgetrain.engine.budget.accountant import model_state_tensors
+from edgetrain.engine.budget.runner import codecs_for, max_grad_diff, measure_steps, none_plan
+from edgetrain.errors import BudgetError
+
+METHODS = ("recompute", "compress", "swap", "hybrid")
+
+
+def _timed_steps(model, inputs, loss_fn, repeats, wrap=None):
+    """Median step time and accountant peak of ``model`` (optionally wrapped/compiled)."""
+    runner = wrap(model) if wrap else model
+    times, peak, grads = [], 0, None
+    state = copy.deepcopy(model.state_dict())
+    for r in range(repeats + 1):
+        model.load_state_dict(state)
+        model.zero_grad(set_to_none=True)
+        acc = MemoryAccountant(exclude=model_state_tensors(model))
+        torch.manual_seed(0)
+        with acc.track():
+            t0 = time.process_time()  # CPU time, as measure_steps (see its docstring)
+            loss_fn(runner(*inputs)).backward()
+            dt = time.process_time() - t0
+        peak = max(peak, acc.peak)
+        if r:
+            times.append(dt)
+        if grads is None:
+            grads = [p.grad.clone() if p.grad is not None else None for p in model.parameters()]
+    model.load_state_dict(state)
+    model.zero_grad(set_to_none=True)
+    return statistics.median(times), peak, grads
+
+
+def _ckpt_all(units):
+    def wrap(model):
+        for name in units:
+            mod = model.get_submodule(name)
+            fwd = type(mod).forward.__get__(mod)
+            mod.forward = lambda *a, _f=fwd, **k: torch.utils.checkpoint.checkpoint(
+                _f, *a, use_reentrant=False, **k
+            )
+        return model
+
+    def unwrap(model):
+        for name in units:
+            mod = model.get_submodule(name)
+            if "forward" in vars(mod):
+                del mod.forward
+
+    return wrap, unwrap
+
+
+def _mincut(frac):
+    from functorch.compile import make_boxed_func, min_cut_rematerialization_partition
+    from torch._dynamo.backends.common import aot_autograd
+
+    def nop(gm, example_inputs):
+        return make_boxed_func(gm)
+
+    backend = aot_autograd(
+        fw_compiler=nop, bw_compiler=nop, partition_fn=min_cut_rematerialization_partition
+    )
+
+    def wrap(model):
+        torch._dynamo.reset()
+        compiled = torch.compile(model, backend=backend, dynamic=False)
+
+        def call(*a):
+            with torch._functorch.config.patch(activation_memory_budget=frac):
+                return compiled(*a)
+
+        return call
+
+    return wrap
+
+
+def bench_model(name, batch, budgets, repeats, mincut, log):
+    model, inputs, loss_fn = zoo_task(name, batch, seed=0)
+    t0 = time.perf_counter()
+    codecs = {**codecs_for("hybrid"), **codecs_for("compress")}
+    prof = profile_model(model, inputs, loss_fn, codecs=codecs)
+    log(f"[{name} b{batch}] profiled {len(prof.units)} units in {time.perf_counter() - t0:.1f}s")
+    base = none_plan(prof)
+    unplanned = measure_steps(model, {"none": base}, inputs, loss_fn, repeats=0)["none"]["peak"]
+    mins = {m: minimum_budget(prof, m) for m in METHODS}
+    rows = []
+    for frac in budgets:
+        budget = int(frac * unplanned)
+        plans = {"none": base}
+        for m in METHODS:
+            with contextlib.suppress(BudgetError):
+                plans[m] = plan(prof, budget, m)
+        res = measure_steps(model, plans, inputs, loss_fn, repeats=repeats)
+        none_s = statistics.median(res["none"]["times"])
+        for m in METHODS:
+            row = {
+                "model": name,
+                "batch": batch,
+                "budget": frac,
+                "budget_bytes": budget,
+                "method": m,
+            }
+            if m not in plans:
+                row.update(feasible=False, min_feasible_bytes=mins[m],
+                           min_feasible_frac=mins[m] / unplanned)  # fmt: skip
+            else:
+                r = res[m]
+                row.update(
+                    feasible=True,
+                    ratio=statistics.median(r["times"]) / none_s,
+                    wall_ratio=statistics.median(r["wall"])
+                    / statistics.median(res["none"]["wall"]),
+                    measured_peak=r["peak"],
+                    predicted_peak=plans[m].predicted_peak_bytes,
+                    within_budget=r["peak"] <= budget,
+                    grad_err=max_grad_diff(r["grads"], res["none"]["grads"]),
+                    decisions=plans[m].decision_counts(),
+                )
+            rows.append(row)
+            log(f"  {frac:4.2f} {m:9s} " + _brief(row))
+        if mincut:
+            try:
+                t, peak, grads = _timed_steps(model, inputs, loss_fn, repeats, _mincut(frac))
+                row = {"model": name, "batch": batch, "budget": frac, "budget_bytes": budget,
+                       "method": "mincut", "feasible": True, "ratio": t / none_s,
+                       "measured_peak": peak, "within_budget": peak <= budget,
+                       "grad_err": max_grad_diff(grads, res["none"]["grads"])}  # fmt: skip
+            except Exception as exc:  # report, do not hide: the baseline failed to run
+                row = {"model": name, "budget": frac, "method": "mincut", "feasible": False,
+                       "error": f"{type(exc).__name__}: {str(exc)[:200]}"}  # fmt: skip
+            rows.append(row)
+            log(f"  {frac:4.2f} mincut    " + _brief(row))
+    wrap, unwrap = _ckpt_all([u.name for u in prof.units])
+    none_t, _, none_g = _timed_steps(model, inputs, loss_fn, repeats)
+    t, peak, grads = _timed_steps(model, inputs, loss_fn, repeats, wrap)
+    unwrap(model)
+    row = {"model": name, "batch": batch, "budget": None, "method": "ckpt-all", "feasible": True,
+           "ratio": t / none_t, "measured_peak": peak, "measured_peak_frac": peak / unplanned,
+           "grad_err": max_grad_diff(grads, none_g)}  # fmt: skip
+    rows.append(row)
+    log("  ckpt-all (every block): " + _brief(row))
+    return {"model": name, "batch": batch, "unplanned_peak_bytes": unplanned, "rows": rows,
+            "min_feasible_frac": {m: v / unplanned for m, v in mins.items()}}  # fmt: skip
+
+
+def accuracy_check(model_name, dataset, frac, epochs, batch, lr, seed, log, **model_opts):
+    """Train the same model from the same seed with and without a hybrid plan; test accuracy.
+
+    The plan is made once (profile of one batch) at ``frac`` of the measured
+    unplanned peak (raised to the hybrid minimum when that is higher, reported)
+    and executed on every step; SGD with momentum, last partial batch dropped so
+    every step has the planned shape.
+    """
+    from torch import nn
+
+    from edgetrain import data, models
+    from edgetrain.engine.budget import PlanExecutor
+
+    ds = data.load(dataset)
+    train, test = ds.train_test_split(0.2, seed=seed)
+    net = models.build(model_name, seed=seed, **model_opts)
+    init = copy.deepcopy(net.state_dict())
+    xb, yb = train.x[:batch].clone(), train.y[:batch].clone()  # own storage: not the whole set
+    prof = profile_model(
+        net, (xb,), lambda o: nn.functional.cross_entropy(o, yb), codecs=codecs_for("hybrid")
+    )
+    base = none_plan(prof)
+    unplanned = measure_steps(
+        net, {"none": base}, (xb,), lambda o: nn.functional.cross_entropy(o, yb), 0
+    )
+    unplanned = unplanned["none"]["peak"]
+    budget = max(int(frac * unplanned), minimum_budget(prof, "hybrid"))
+    plans = {"none": base, "hybrid": plan(prof, budget, "hybrid")}
+    out = {"model": model_name, "dataset": dataset, "budget_frac": budget / unplanned,
+           "decisions": plans["hybrid"].decision_counts(), "epochs": epochs}  # fmt: skip
+    for name, p in plans.items():
+        net.load_state_dict(init)
+        opt = torch.optim.SGD(net.parameters(), lr=lr, momentum=0.9)
+        gen = torch.Generator().manual_seed(seed)
+        peak = 0
+        for _ in range(epochs):
+            net.train()
+            perm = torch.randperm(len(train.y), generator=gen)
+            for i in range(0, len(perm) - batch + 1, batch):
+                idx = perm[i : i + batch]
+                x, y = train.x[idx], train.y[idx]
+                acc = MemoryAccountant(exclude=model_state_tensors(net))
+                opt.zero_grad(set_to_none=True)
+                torch.manual_seed(seed + i)
+                with PlanExecutor(net, p, accountant=acc) as ex:
+                    ex.step((x,), lambda o, y=y: nn.functional.cross_entropy(o, y))
+                opt.step()
+                peak = max(peak, acc.peak)
+        net.eval()
+        with torch.no_grad():
+            pred = net(test.x).argmax(1)
+        out[f"{name}_test_acc"] = float((pred == test.y).float().mean())
+        out[f"{name}_peak"] = peak
+        log(f"[accuracy] {name}: test acc {out[f'{name}_test_acc']:.4f}, peak {peak:,}")
+    out["budget_bytes"] = budget
+    out["acc_gap_points"] = 100 * (out["none_test_acc"] - out["hybrid_test_acc"])
+    return out
+
+
+def _brief(row):
+    if not row.get("feasible"):
+        if "error" in row:
+            return "error " + row["error"]
+        return f"infeasible (min {row['min_feasible_frac']:.3f})"
+    s = f"ratio={row['ratio']:.3f} peak={row['measured_peak']:,}"
+    if "within_budget" in row:
+        s += f" within={row['within_budget']}"
+    return s + f" grad_err={row['grad_err']:.2e}"
+
+
+def plot(result, out: Path):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 4))
+    rows = result["rows"]
+    for m in (*METHODS, "mincut"):
+        pts = [(r["budget"], r["ratio"]) for r in rows if r["method"] == m and r.get("feasible")]
+        if pts:
+            ax.plot(*zip(*pts, strict=True), marker="o", label=m)
+    ck = [r for r in rows if r["method"] == "ckpt-all"]
+    if ck:
+        ax.axhline(ck[0]["ratio"], ls="--", color="grey", label="ckpt every block")
+    ax.set_xlabel("budget (fraction of unplanned saved-activation peak)")
+    ax.set_ylabel("step time / unplanned step time")
+    ax.set_title(f"{result['model']} batch {result['batch']} (this CPU, measured)")
+    ax.invert_xaxis()
+    ax.legend()
+    fig.tight_layout()
+    path = out / f"budget_overhead_{result['model']}.png"
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--models", default="mobilenetv2:32,bert-small:8")
+    ap.add_argument("--budgets", default="0.9,0.8,0.7,0.6,0.5,0.4,0.3,0.25,0.2")
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--no-mincut", action="store_true")
+    ap.add_argument("--out", default=None, help="folder for PNGs (default: a temp folder)")
+    ap.add_argument("--json", action="store_true")
+    ap.add_argument(
+        "--accuracy",
+        default=None,
+        help="MODEL:DATASET:EPOCHS[:BATCH] - train none vs hybrid (budget 0.5) and compare accuracy",
+    )
+    args = ap.parse_args(argv)
+    if args.accuracy:
+        parts = args.accuracy.split(":")
+        mname, dname, epochs = parts[0], parts[1], int(parts[2])
+        batch = int(parts[3]) if len(parts) > 3 else 32
+        from edgetrain import data
+
+        ds = data.load(dname)
+        opts = {"num_classes": ds.num_classes}
+        if mname == "mobilenetv2":
+            opts.update(
+                in_channels=ds.input_shape[0], input_size=ds.input_shape[-1], width_mult=0.5
+            )
+        elif mname in ("lenet", "alexnet"):
+            opts.update(in_channels=ds.input_shape[0], length=ds.input_shape[-1])
+        res = accuracy_check(mname, dname, 0.5, epochs, batch, 0.01, 0, print, **opts)
+        print(json.dumps(res, indent=1))
+        return 0
+    if args.quick:
+        args.models, args.budgets, args.repeats = "ds-cnn:4", "0.9,0.7", 1
+    out = Path(args.out or tempfile.mkdtemp(prefix="edgetrain-bench-"))
+    out.mkdir(parents=True, exist_ok=True)
+    log = (lambda s: print(s, file=sys.stderr)) if args.json else print
+    results = []
+    for spec in args.models.split(","):
+        name, batch = spec.split(":")
+        budgets = [float(b) for b in args.budgets.split(",")]
+        res = bench_model(name, int(batch), budgets, args.repeats, not args.no_mincut, log)
+        res["png"] = str(plot(res, out))
+        log(f"  plot: {res['png']}")
+        results.append(res)
+    if args.json:
+        print(json.dumps(results, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

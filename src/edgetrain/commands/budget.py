@@ -1,0 +1,100 @@
+"""``edgetrain budget``: plan and run one training step under a memory budget, measured."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from edgetrain.commands._output import err_console, print_json, print_table
+
+
+def zoo_task(name: str, batch: int, seed: int):
+    """Model, input batch and loss for a zoo model (classification: CE; reconstruction: MSE)."""
+    import torch
+    from torch import nn
+
+    from edgetrain import models
+    from edgetrain.errors import ConfigError
+
+    if batch < 1:
+        raise ConfigError(f"--batch {batch}; expected >= 1")
+    model = models.build(name, seed=seed)
+    gen = torch.Generator().manual_seed(seed)
+    x = models.example_input(model, batch=batch, generator=gen)
+    if models.spec(name).task == "reconstruction":
+
+        def loss_fn(out):
+            return nn.functional.mse_loss(out, x)
+    else:
+        y = torch.randint(0, model.num_classes, (batch,), generator=gen)
+
+        def loss_fn(out):
+            return nn.functional.cross_entropy(out, y)
+
+    return model, (x,), loss_fn
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("budget")
+    def budget_cmd(
+        model: str = typer.Option("mobilenetv2", "--model", help="Zoo model name."),
+        batch: int = typer.Option(32, "--batch", help="Batch size."),
+        budget: str = typer.Option(
+            "0.5",
+            "--budget",
+            help="Fraction of the unplanned saved-activation peak (0.5) or a size (300MB, 256MiB).",
+        ),
+        method: str = typer.Option(
+            "hybrid", "--method", help="hybrid | recompute | compress | swap | none"
+        ),
+        repeats: int = typer.Option(3, "--repeats", help="Timed steps per plan (medians)."),
+        seed: int = typer.Option(0, "--seed", help="Seed for weights, batch and dropout."),
+        plan_out: Path | None = typer.Option(
+            None, "--plan-out", help="Write the ExecutionPlan JSON here."
+        ),
+        json_out: bool = typer.Option(False, "--json", help="Print one JSON object."),
+    ) -> None:
+        """Train one step of a zoo model under a memory budget; measured peak, time and error."""
+        from edgetrain.engine.budget import run_budget
+        from edgetrain.engine.budget.planner import METHODS
+        from edgetrain.errors import ConfigError
+
+        if method not in METHODS:
+            raise ConfigError(f"--method {method!r}; expected one of {', '.join(METHODS)}")
+        if repeats < 1:
+            raise ConfigError(f"--repeats {repeats}; expected >= 1")
+        net, inputs, loss_fn = zoo_task(model, batch, seed)
+        if not json_out:
+            err_console.print(f"profiling {model} (batch {batch}) and running {method} ...")
+        rep = run_budget(net, inputs, loss_fn, budget, method, repeats=repeats, seed=seed)
+        if plan_out is not None:
+            rep.plan.save(plan_out)
+        row = {
+            "model": model,
+            "batch": batch,
+            "method": method,
+            "budget_bytes": rep.budget_bytes,
+            "unplanned_peak_bytes": rep.unplanned_peak_bytes,
+            "measured_peak_bytes": rep.measured_peak_bytes,
+            "predicted_peak_bytes": rep.predicted_peak_bytes,
+            "step_time_ratio": rep.step_time_ratio,
+            "decisions": rep.decisions,
+            "max_abs_grad_error": rep.max_abs_grad_error,
+            "loss_abs_error": rep.loss_abs_error,
+            "step_s": rep.step_s,
+            "none_step_s": rep.none_step_s,
+            "predicted_overhead_s": rep.predicted_overhead_s,
+            "peak_rss_bytes": rep.peak_rss_bytes,
+            "units": len(rep.plan.units),
+        }
+        if json_out:
+            print_json(row)
+            return
+        shown = dict(row)
+        shown["decisions"] = ", ".join(f"{k}={v}" for k, v in rep.decisions.items())
+        print_table(
+            f"{model} under a {rep.budget_bytes:,}-byte budget ({method})",
+            [{"field": k, "value": v} for k, v in shown.items()],
+            ["field", "value"],
+        )

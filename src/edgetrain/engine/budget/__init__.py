@@ -1,0 +1,37 @@
+"""Training under a memory budget (FedHybrid §4.3-4.4), executed for real.
+
+profile_model -> plan (hybrid | recompute | compress | swap | none) -> ExecutionPlan
+-> PlanExecutor (measured by MemoryAccountant) ; BudgetPredictor for the budget itself.
+"""
+
+from edgetrain.engine.budget.accountant import MemoryAccountant, peak_rss_bytes
+from edgetrain.engine.budget.executor import PlanExecutor
+from edgetrain.engine.budget.plan import PLAN_VERSION, ExecutionPlan, UnitDecision
+from edgetrain.engine.budget.planner import METHODS, minimum_budget, plan, simulate
+from edgetrain.engine.budget.predictor import BudgetPredictor, MemorySample, sample_linux
+from edgetrain.engine.budget.profile import ModelProfile, UnitProfile, profile_model
+from edgetrain.engine.budget.runner import BudgetReport, parse_budget, run_budget
+from edgetrain.engine.budget.swap import IoContentionModel
+
+__all__ = [
+    "METHODS",
+    "PLAN_VERSION",
+    "BudgetPredictor",
+    "BudgetReport",
+    "ExecutionPlan",
+    "IoContentionModel",
+    "MemoryAccountant",
+    "MemorySample",
+    "ModelProfile",
+    "PlanExecutor",
+    "UnitDecision",
+    "UnitProfile",
+    "minimum_budget",
+    "parse_budget",
+    "peak_rss_bytes",
+    "plan",
+    "profile_model",
+    "run_budget",
+    "sample_linux",
+    "simulate",
+]

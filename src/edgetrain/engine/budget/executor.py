@@ -1,0 +1,257 @@
+"""Run an :class:`ExecutionPlan` for real in PyTorch and measure its memory.
+
+Each planned unit's ``forward`` is wrapped (an instance attribute, removed on exit):
+
+* ``keep`` — runs as is; its saved tensors go through the accountant's hooks.
+* ``compress`` — runs under ``saved_tensors_hooks`` that encode float tensors with
+  the plan's codec at pack time and decode at unpack time (the encoded ``bytes``
+  are what is held).
+* ``swap`` — same hooks, writing tensors to files (:mod:`.swap`).
+* ``recompute`` — selective activation checkpointing with the mechanism of
+  ``torch.utils.checkpoint(use_reentrant=False)``: during forward every saved
+  tensor of the unit becomes a placeholder; the first unpack in backward re-runs
+  the unit on its (held) inputs under the saved RNG state and hands each
+  placeholder its recomputed tensor.  We implement it here rather than call
+  ``torch.utils.checkpoint`` because the accountant must see the recomputed
+  tensors (torch keeps them in private frames) and BatchNorm running statistics
+  must not be updated twice (we restore the unit's buffers after recomputation),
+  which makes recompute training bit-identical to unplanned training.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+import weakref
+from collections.abc import Callable, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+import torch
+from torch import nn
+
+from edgetrain.compress import make_codec
+from edgetrain.compress.base import Codec
+from edgetrain.engine.budget.accountant import MemoryAccountant, model_state_tensors
+from edgetrain.engine.budget.plan import ExecutionPlan
+from edgetrain.engine.budget.profile import MIN_COMPRESS_NUMEL
+from edgetrain.engine.budget.swap import swap_in, swap_out
+from edgetrain.errors import ConfigError
+
+
+class _Encoded:
+    __slots__ = ("data", "codec", "__weakref__")
+
+    def __init__(self, data: bytes, codec: Codec) -> None:
+        self.data, self.codec = data, codec
+
+
+class _SegState:
+    """What a recomputed unit keeps between forward and backward: its inputs + RNG."""
+
+    __slots__ = ("args", "kwargs", "rng", "placeholders", "done", "__weakref__")
+
+    def __init__(self, args: tuple, kwargs: dict, rng: torch.Tensor) -> None:
+        self.args, self.kwargs, self.rng = args, kwargs, rng
+        self.placeholders: list[weakref.ref] = []
+        self.done = False
+
+
+class _Placeholder:
+    __slots__ = ("state", "index", "value", "__weakref__")
+
+    def __init__(self, state: _SegState, index: int) -> None:
+        self.state, self.index, self.value = state, index, None
+
+
+def _detach_like(a: Any) -> Any:
+    if isinstance(a, torch.Tensor):
+        return a.detach().requires_grad_(a.requires_grad)
+    return a
+
+
+class PlanExecutor:
+    """Context manager installing ``plan`` on ``model``; ``step()`` runs one training step."""
+
+    def __init__(
+        self,
+        model: nn.Module,
+        plan: ExecutionPlan,
+        *,
+        accountant: MemoryAccountant | None = None,
+        codecs: dict[str, Codec] | None = None,
+        swap_dir: str | None = None,
+    ) -> None:
+        self.model = model
+        self.plan = plan
+        self.acc = accountant or MemoryAccountant(exclude=model_state_tensors(model))
+        self._codecs = dict(codecs or {})
+        self._swap_dir = swap_dir
+        self._own_swap_dir = False
+        self._installed: list[nn.Module] = []
+        # one encoding per saved tensor object: id -> (weakref to tensor, weakref to holder)
+        self._encoded: dict[int, tuple[weakref.ref, weakref.ref]] = {}
+
+    # -- installation ---------------------------------------------------------
+    def __enter__(self) -> PlanExecutor:
+        names = dict(self.model.named_modules())
+        for u in self.plan.units:
+            if u.decision == "keep":
+                continue
+            if u.name not in names:
+                raise ConfigError(
+                    f"plan unit {u.name!r} is not a module of this model; "
+                    f"the plan was made for a different model"
+                )
+            mod = names[u.name]
+            if u.decision == "swap" and self._swap_dir is None:
+                self._swap_dir = tempfile.mkdtemp(prefix="edgetrain-swap-")
+                self._own_swap_dir = True
+            mod.forward = self._wrap(mod, u.decision, u.codec)
+            self._installed.append(mod)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._encoded.clear()
+        for mod in self._installed:
+            del mod.forward
+        self._installed.clear()
+        if self._own_swap_dir and self._swap_dir:
+            shutil.rmtree(self._swap_dir, ignore_errors=True)
+
+    def _codec(self, name: str | None) -> Codec:
+        name = name or "mix"
+        if name not in self._codecs:
+            self._codecs[name] = make_codec(name)
+        return self._codecs[name]
+
+    def _wrap(self, mod: nn.Module, decision: str, codec_name: str | None) -> Callable:
+        orig = type(mod).forward.__get__(mod)
+        if decision == "recompute":
+            return lambda *a, **k: self._recompute_forward(mod, orig, a, k)
+        if decision == "compress":
+            codec = self._codec(codec_name)
+            hooks = (lambda t: self._pack_compress(t, codec), self._unpack_encoded)
+        else:
+            hooks = (self._pack_swap, self._unpack_encoded)
+
+        def run(*a, **k):
+            with torch.autograd.graph.saved_tensors_hooks(*hooks):
+                return orig(*a, **k)
+
+        return run
+
+    # -- compress / swap hooks ------------------------------------------------
+    def _small_or_exact(self, t: torch.Tensor) -> bool:
+        return (
+            not t.is_floating_point() or t.numel() < MIN_COMPRESS_NUMEL or self.acc.is_excluded(t)
+        )
+
+    def _cached(self, t: torch.Tensor) -> object | None:
+        """The holder of ``t`` if this very tensor was already packed (saved twice)."""
+        hit = self._encoded.get(id(t))
+        if hit is not None and hit[0]() is t:
+            return hit[1]()
+        return None
+
+    def _remember(self, t: torch.Tensor, h: object) -> object:
+        self._encoded[id(t)] = (weakref.ref(t), weakref.ref(h))
+        return h
+
+    def _pack_compress(self, t: torch.Tensor, codec: Codec) -> object:
+        if self._small_or_exact(t):
+            return self.acc.pack_keep(t)
+        h = self._cached(t)
+        if h is None:
+            h = _Encoded(codec.encode(t), codec)
+            self.acc.hold_bytes(len(h.data), h)
+            self._remember(t, h)
+        return h
+
+    def _pack_swap(self, t: torch.Tensor) -> object:
+        if self._small_or_exact(t):
+            return self.acc.pack_keep(t)
+        h = self._cached(t)
+        return h if h is not None else self._remember(t, swap_out(t, self._swap_dir))
+
+    def _unpack_encoded(self, h: object) -> torch.Tensor:
+        if isinstance(h, _Encoded):
+            out = h.codec.decode(h.data)
+        elif hasattr(h, "path"):
+            out = swap_in(h)
+        else:
+            return self.acc.unpack_keep(h)
+        self.acc.hold_tensor(out, out)  # decoded copy lives until autograd drops it
+        return out
+
+    # -- recompute ------------------------------------------------------------
+    def _recompute_forward(self, mod: nn.Module, orig: Callable, args: tuple, kwargs: dict):
+        state = _SegState(args, kwargs, torch.get_rng_state())
+        for a in list(args) + list(kwargs.values()):
+            if isinstance(a, torch.Tensor):
+                self.acc.hold_tensor(a, state)
+
+        def pack(t: torch.Tensor) -> _Placeholder:
+            ph = _Placeholder(state, len(state.placeholders))
+            state.placeholders.append(weakref.ref(ph))
+            return ph
+
+        def unpack(ph: _Placeholder) -> torch.Tensor:
+            if not ph.state.done:
+                self._recompute(mod, orig, ph.state)
+            return ph.value
+
+        with torch.autograd.graph.saved_tensors_hooks(pack, unpack):
+            return orig(*args, **kwargs)
+
+    def _recompute(self, mod: nn.Module, orig: Callable, state: _SegState) -> None:
+        saved: list[torch.Tensor] = []
+        buffers = {n: b.detach().clone() for n, b in mod.named_buffers()}
+        args = tuple(_detach_like(a) for a in state.args)
+        kwargs = {k: _detach_like(v) for k, v in state.kwargs.items()}
+        with torch.random.fork_rng(devices=[]):
+            torch.set_rng_state(state.rng)
+            with (
+                torch.enable_grad(),
+                torch.autograd.graph.saved_tensors_hooks(
+                    lambda t: saved.append(t) or len(saved) - 1, lambda i: saved[i]
+                ),
+            ):
+                orig(*args, **kwargs)
+        for n, b in mod.named_buffers():
+            b.data.copy_(buffers[n])
+        if len(saved) != len(state.placeholders):
+            raise RuntimeError(
+                f"recomputation saved {len(saved)} tensors, forward saved "
+                f"{len(state.placeholders)}: unit {type(mod).__name__} is not deterministic"
+            )
+        for ref, t in zip(state.placeholders, saved, strict=True):
+            ph = ref()
+            if ph is not None:
+                ph.value = t
+                if not self.acc.is_excluded(t):
+                    self.acc.hold_tensor(t, ph)
+        state.done = True
+        state.args = state.kwargs = None
+
+    # -- one step --------------------------------------------------------------
+    def step(
+        self,
+        inputs: Sequence[Any],
+        loss_fn: Callable[[Any], torch.Tensor],
+    ) -> torch.Tensor:
+        """Forward + loss + backward (gradients accumulate in ``.grad``); returns the loss."""
+        with self.acc.track():
+            out = self.model(*inputs)
+            loss = loss_fn(out)
+            del out
+            loss.backward()
+        return loss.detach()
+
+
+@contextmanager
+def executing(model: nn.Module, plan: ExecutionPlan, **kw: Any):
+    """``with executing(model, plan) as ex: ex.step(...)``."""
+    ex = PlanExecutor(model, plan, **kw)
+    with ex:
+        yield ex

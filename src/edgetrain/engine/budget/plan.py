@@ -1,0 +1,72 @@
+"""``ExecutionPlan``: the per-unit keep / recompute / compress / swap decisions (JSON, versioned)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from edgetrain.errors import ConfigError
+
+PLAN_VERSION = 1
+DECISIONS = ("keep", "recompute", "compress", "swap")
+
+
+@dataclass
+class UnitDecision:
+    name: str  # qualified nn.Module name ("" is the whole model)
+    decision: str  # one of DECISIONS
+    codec: str | None = None  # for "compress": mix | int8 | int4
+    saved_bytes: int = 0  # bytes the unit saves when kept
+    held_bytes: int = 0  # bytes it holds under this decision (predicted)
+    cost_s: float = 0.0  # predicted purge + regain time (eq. 5 denominator)
+    mps: float | None = None  # MPS (eq. 5) at the moment it was chosen
+
+    def __post_init__(self) -> None:
+        if self.decision not in DECISIONS:
+            raise ConfigError(
+                f"unit {self.name!r}: decision {self.decision!r}; expected one of {DECISIONS}"
+            )
+
+
+@dataclass
+class ExecutionPlan:
+    method: str
+    budget_bytes: int
+    unplanned_peak_bytes: int  # predicted saved-tensor peak of the "none" plan
+    predicted_peak_bytes: int
+    predicted_overhead_s: float
+    units: list[UnitDecision]
+    meta: dict[str, Any] = field(default_factory=dict)
+    version: int = PLAN_VERSION
+
+    def decision_counts(self) -> dict[str, int]:
+        counts = {d: 0 for d in DECISIONS}
+        for u in self.units:
+            counts[u.decision] += 1
+        return counts
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> ExecutionPlan:
+        if d.get("version") != PLAN_VERSION:
+            raise ConfigError(
+                f"execution plan version {d.get('version')!r}; this edgetrain reads version "
+                f"{PLAN_VERSION}"
+            )
+        d = dict(d)
+        units = [UnitDecision(**u) for u in d.pop("units")]
+        return cls(units=units, **d)
+
+    def save(self, path: str | Path) -> None:
+        Path(path).write_text(json.dumps(self.to_json(), indent=2))
+
+    @classmethod
+    def load(cls, path: str | Path) -> ExecutionPlan:
+        try:
+            return cls.from_json(json.loads(Path(path).read_text()))
+        except (OSError, json.JSONDecodeError, TypeError) as exc:
+            raise ConfigError(f"cannot read execution plan {path}: {exc}") from exc

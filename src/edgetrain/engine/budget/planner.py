@@ -1,0 +1,269 @@
+"""Budget planners: FedHybrid's hybrid (Algorithm 1 with MPS, eq. 5-6) and baselines.
+
+All planners share one interface, ``plan(profile, budget_bytes, method)``, and one
+memory model (:func:`simulate`):
+
+* time runs over forward items ``0..T-1`` (unit calls and glue), then backward in
+  reverse order (item ``s`` is back-propagated at step ``2T-1-s``);
+* a storage is held from its first holder's forward step to that holder's
+  backward step (holders are nested intervals, so the earliest holder decides);
+  a kept unit holds its saved storages, a recomputed unit holds only its inputs,
+  a compressed unit holds its encoded bytes (+ small/non-float raw tensors), a
+  swapped unit holds no float storage;
+* transients at a unit's backward step: a recomputed unit re-materialises all its
+  saved storages not otherwise held; a compressed/swapped unit decodes at most its
+  largest leaf's saved bytes at a time.
+
+Algorithm 1 (hybrid): walk the forward items; whenever memory at the step exceeds
+the budget, take the live unit with the highest MPS and apply the technique with
+the higher MPS (recompute vs compress); after the walk, keep evicting (over all
+units) while the backward phase exceeds the budget.  MPS(d) = SM(d) x FLT(d) /
+(PC(d) + RC(d)) (eq. 5): SM = bytes freed, FLT = time until the tensor is needed
+in backward (forward time of later items x 3: forward + backward ~ 2x forward,
+Kaplan et al. 2020 §2.1), PC + RC = encode + decode time for compress, eq. 6
+for recompute, the I/O model for swap.
+
+Baselines on the same walk: ``recompute`` (only recompute, Melon-like), ``compress``
+(uniform int8, then int4; GACT-like), ``swap`` (Capuchin-like, to storage under
+:class:`IoContentionModel`), ``none`` (keep everything).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from edgetrain.engine.budget.plan import ExecutionPlan, UnitDecision
+from edgetrain.engine.budget.profile import ModelProfile, UnitProfile
+from edgetrain.engine.budget.swap import IoContentionModel
+from edgetrain.errors import BudgetError, ConfigError
+
+METHODS = ("none", "recompute", "compress", "swap", "hybrid")
+#: allowed next states per method: state = (decision, codec)
+_LADDER: dict[str, dict[tuple[str, str | None], list[tuple[str, str | None]]]] = {
+    "none": {},
+    "recompute": {("keep", None): [("recompute", None)]},
+    "compress": {
+        ("keep", None): [("compress", "int8")],
+        ("compress", "int8"): [("compress", "int4")],
+    },
+    "swap": {("keep", None): [("swap", None)]},
+    "hybrid": {
+        ("keep", None): [("recompute", None), ("compress", "mix")],
+        # a recomputed block re-materialises all of its tensors at once in backward;
+        # compressing it instead bounds that transient (used when it sets the peak)
+        ("recompute", None): [("compress", "mix")],
+    },
+}
+CODECS_FOR = {"compress": ("int8", "int4"), "hybrid": ("mix",)}
+
+State = tuple[str, str | None]
+
+
+@dataclass
+class _Ctx:
+    profile: ModelProfile
+    io: IoContentionModel
+
+    def held(self, u: UnitProfile, s: State) -> int:
+        if s[0] == "keep":
+            return u.saved_bytes
+        if s[0] == "recompute":
+            return sum(u.inputs.values())
+        if s[0] == "compress":
+            return u.codecs[s[1]].held_bytes
+        return u.saved_bytes - u.float_bytes  # swap
+
+    def cost(self, u: UnitProfile, s: State) -> float:
+        if s[0] == "keep":
+            return 0.0
+        if s[0] == "recompute":
+            return u.rc_compute()
+        if s[0] == "compress":
+            c = u.codecs[s[1]]
+            return c.encode_s + c.decode_s
+        return self.io.write_s(u.float_bytes) + self.io.read_s(u.float_bytes)
+
+    def flt(self, u: UnitProfile) -> float:
+        later = sum(self.profile.item_s[u.step + 1 :])
+        return 3.0 * later + u.fwd_s + 1e-6
+
+    def mps(self, u: UnitProfile, cur: State, nxt: State) -> float:
+        sm = self.held(u, cur) - self.held(u, nxt)
+        if sm <= 0:
+            return -1.0
+        return sm * self.flt(u) / max(self.cost(u, nxt), 1e-9)
+
+
+def simulate(profile: ModelProfile, states: dict[str, State]) -> np.ndarray:
+    """Predicted saved-tensor bytes at every step (forward then backward) under ``states``."""
+    t = profile.n_steps
+    first: dict[int, int] = {}
+    size: dict[int, int] = {}
+
+    def hold(keys: dict[int, int], step: int) -> None:
+        for k, b in keys.items():
+            if k not in first or step < first[k]:
+                first[k] = step
+            size[k] = b
+
+    extra = np.zeros(2 * t + 1, dtype=np.int64)
+    for step, keys in profile.glue:
+        hold(keys, step)
+    for u in profile.units:
+        d, codec = states.get(u.name, ("keep", None))
+        if d == "keep":
+            hold(u.saved, u.step)
+        elif d == "recompute":
+            hold(u.inputs, u.step)
+        else:  # compress / swap: small and non-float storages stay raw
+            hold({k: b for k, b in u.saved.items() if k not in u.float_keys}, u.step)
+            if d == "compress":
+                enc = u.codecs[codec].held_bytes - (u.saved_bytes - u.float_bytes)
+                extra[u.step] += enc
+                extra[2 * t - u.step] -= enc
+    mem = np.zeros(2 * t + 1, dtype=np.int64)
+    for k, s in first.items():
+        mem[s] += size[k]
+        mem[2 * t - s] -= size[k]
+    mem = np.cumsum(mem + extra)[: 2 * t]
+    for u in profile.units:
+        d = states.get(u.name, ("keep", None))[0]
+        b = 2 * t - 1 - u.step
+        if d == "recompute":
+            mem[b] += sum(v for k, v in u.saved.items() if not (k in first and first[k] <= u.step))
+        elif d in ("compress", "swap"):
+            mem[b] += u.leaf_max_bytes
+    return mem
+
+
+@dataclass
+class _Result:
+    states: dict[str, State]
+    mps_at: dict[str, float]
+    peak: int
+    best_peak: int
+    unplanned: int
+    ctx: _Ctx
+    history: list[tuple[int, dict[str, State], dict[str, float]]]  # (peak, states, mps) per state
+
+
+def _greedy(
+    profile: ModelProfile, budget_bytes: int, method: str, io: IoContentionModel
+) -> _Result:
+    if method not in METHODS:
+        raise ConfigError(f"unknown budget method {method!r}; expected one of {', '.join(METHODS)}")
+    if budget_bytes <= 0:
+        raise ConfigError(f"budget {budget_bytes} bytes; expected a positive number of bytes")
+    for c in CODECS_FOR.get(method, ()):
+        missing = [u.name for u in profile.units if c not in u.codecs]
+        if missing:
+            raise ConfigError(
+                f"method {method!r} needs codec {c!r} profiled; missing for {missing[:3]}"
+            )
+    ctx = _Ctx(profile, io)
+    ladder = _LADDER[method]
+    states: dict[str, State] = {u.name: ("keep", None) for u in profile.units}
+    mps_at: dict[str, float] = {}
+    unplanned = int(simulate(profile, states).max(initial=0))
+    best_peak = unplanned
+    history: list[tuple[int, dict[str, State], dict[str, float]]] = [(unplanned, dict(states), {})]
+    evictable = [u for u in profile.units if u.calls == 1]
+
+    def evict(limit_step: int | None, peak: int) -> bool:
+        """One reclamation step (Algorithm 1, lines 20-27).
+
+        Forward walk: rank live units by MPS (eq. 5) with SM = bytes freed.  Backward
+        phase: SM = the drop of the predicted peak (a transient can set the peak);
+        if no single change lowers it, fall back to bytes freed.
+        """
+        best = None
+        fallback = None
+        for u in evictable:
+            if limit_step is not None and u.step > limit_step:
+                continue
+            for nxt in ladder.get(states[u.name], []):
+                cur = states[u.name]
+                if limit_step is None:
+                    states[u.name] = nxt
+                    drop = peak - int(simulate(profile, states).max(initial=0))
+                    states[u.name] = cur
+                    if drop > 0:
+                        score = drop * ctx.flt(u) / max(ctx.cost(u, nxt), 1e-9)
+                        if best is None or score > best[0]:
+                            best = (score, u, nxt)
+                score = ctx.mps(u, cur, nxt)
+                if score > 0 and (fallback is None or score > fallback[0]):
+                    fallback = (score, u, nxt)
+        best = best if limit_step is None and best is not None else fallback
+        if best is None:
+            return False
+        states[best[1].name] = best[2]
+        mps_at[best[1].name] = best[0]
+        history.append((int(simulate(profile, states).max(initial=0)), dict(states), dict(mps_at)))
+        return True
+
+    mem = simulate(profile, states)
+    for step in range(profile.n_steps):  # Algorithm 1: forward walk, alloc() at each item
+        while mem[step] > budget_bytes and evict(step, int(mem.max(initial=0))):
+            mem = simulate(profile, states)
+            best_peak = min(best_peak, int(mem.max(initial=0)))
+    while mem.max(initial=0) > budget_bytes and evict(None, int(mem.max(initial=0))):
+        mem = simulate(profile, states)
+        best_peak = min(best_peak, int(mem.max(initial=0)))
+    return _Result(states, mps_at, int(mem.max(initial=0)), best_peak, unplanned, ctx, history)
+
+
+def plan(
+    profile: ModelProfile,
+    budget_bytes: int,
+    method: str = "hybrid",
+    *,
+    io: IoContentionModel | None = None,
+) -> ExecutionPlan:
+    """Plan under ``budget_bytes`` (saved-tensor bytes); BudgetError if no plan fits."""
+    io = io or IoContentionModel()
+    r = _greedy(profile, budget_bytes, method, io)
+    states, mps_at, peak = r.states, r.mps_at, r.peak
+    if peak > budget_bytes:
+        # The walk's choices depend on the budget; the budget-1 walk (which defines the
+        # minimum feasible budget) visits a state under every budget >= that minimum.
+        full = _greedy(profile, 1, method, io)
+        fit = [h for h in full.history if h[0] <= budget_bytes]
+        if not fit:
+            raise BudgetError(
+                f"memory budget {budget_bytes:,} bytes is below what method {method!r} can "
+                f"reach; the minimum feasible budget is {full.best_peak:,} bytes "
+                f"(unplanned saved-activation peak {r.unplanned:,} bytes)"
+            )
+        peak, states, mps_at = fit[0]
+    ctx = r.ctx
+    units = []
+    for u in profile.units:
+        s = states[u.name]
+        units.append(
+            UnitDecision(
+                name=u.name,
+                decision=s[0],
+                codec=s[1],
+                saved_bytes=u.saved_bytes,
+                held_bytes=ctx.held(u, s),
+                cost_s=ctx.cost(u, s),
+                mps=mps_at.get(u.name),
+            )
+        )
+    return ExecutionPlan(
+        method=method,
+        budget_bytes=int(budget_bytes),
+        unplanned_peak_bytes=r.unplanned,
+        predicted_peak_bytes=peak,
+        predicted_overhead_s=float(sum(x.cost_s for x in units)),
+        units=units,
+        meta={"io_model": vars(ctx.io), "n_steps": profile.n_steps},
+    )
+
+
+def minimum_budget(profile: ModelProfile, method: str, io: IoContentionModel | None = None) -> int:
+    """Smallest predicted peak the method's greedy reaches (what BudgetError reports)."""
+    return _greedy(profile, 1, method, io or IoContentionModel()).best_peak

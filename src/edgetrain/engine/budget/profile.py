@@ -1,0 +1,365 @@
+"""Profile a model for budget planning: units, saved tensors, op times, codec costs.
+
+A *unit* is an ``nn.Module`` whose forward the executor can wrap (keep / recompute
+/ compress / swap).  Units form an antichain of the module tree, chosen by
+splitting the module with the most saved bytes into its children until no unit
+holds more than ``1 / max_units`` of the total (or it is a leaf).  Saved tensors
+produced outside every unit (residual adds in a parent's forward, the loss) are
+*glue*: always kept.
+
+One forward pass under ``saved_tensors_hooks`` + module hooks records, for every
+saved tensor, its storage (bytes), the module stack that produced it and its
+position in forward order.  Per-unit forward time is the median of ``repeats``
+re-runs on the captured inputs on this CPU (FedHybrid §4.4: op costs are times
+collected on the device), in process CPU time so that other jobs sharing the CPU
+do not distort the costs (run with one intra-op thread).  A ``TorchFunctionMode`` marks units whose forward
+runs a layout transform (view/reshape/permute/transpose/flatten/...), which sets
+psi = 2 in the recompute cost (eq. 6).  Codec size and speed are measured by
+really encoding the unit's saved float tensors (a batch slice of at most
+``codec_sample_bytes`` per tensor, scaled linearly).
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import nn
+from torch.overrides import TorchFunctionMode
+
+from edgetrain.compress.base import Codec
+from edgetrain.engine.budget.accountant import storage_key
+
+LAYOUT_FUNCS = frozenset(
+    {
+        "view", "reshape", "permute", "transpose", "flatten", "contiguous", "expand",
+        "t", "squeeze", "unsqueeze", "movedim", "unflatten", "swapaxes", "view_as",
+        "expand_as", "unfold", "narrow", "chunk", "split", "unbind", "as_strided",
+    }
+)  # fmt: skip
+CONTAINERS = (nn.Sequential, nn.ModuleList, nn.ModuleDict)
+#: compress / swap only tensors at least this large (smaller ones cost more than they save)
+MIN_COMPRESS_NUMEL = 1024
+
+
+@dataclass
+class CodecCost:
+    held_bytes: int  # bytes the unit holds when compressed (encoded + uncompressible raw)
+    encode_s: float
+    decode_s: float
+
+
+@dataclass
+class UnitProfile:
+    index: int
+    name: str
+    step: int  # position in the forward item order
+    calls: int
+    fwd_s: float
+    last_op_s: float
+    has_layout: bool
+    saved: dict[int, int]  # storage key -> bytes, saved inside the unit (params excluded)
+    inputs: dict[int, int]  # storage key -> bytes of the unit's tensor inputs
+    float_bytes: int  # bytes of compressible saved tensors (float, >= MIN_COMPRESS_NUMEL)
+    float_keys: set[int]  # their storages
+    leaf_max_bytes: int  # largest per-leaf saved bytes (decode transient in backward)
+    codecs: dict[str, CodecCost] = field(default_factory=dict)
+
+    @property
+    def saved_bytes(self) -> int:
+        return sum(self.saved.values())
+
+    def rc_compute(self) -> float:
+        """FedHybrid eq. 6: OpTime(j) + psi * sum of the chain's other op times."""
+        psi = 2.0 if self.has_layout else 1.0
+        return self.last_op_s + psi * max(self.fwd_s - self.last_op_s, 0.0)
+
+
+@dataclass
+class ModelProfile:
+    units: list[UnitProfile]
+    glue: list[tuple[int, dict[int, int]]]  # (step, storage key -> bytes)
+    n_steps: int
+    item_s: list[float]  # forward time per item (glue items: 0, not separately timed)
+    total_saved_bytes: int
+
+    def unit(self, name: str) -> UnitProfile:
+        for u in self.units:
+            if u.name == name:
+                return u
+        raise KeyError(name)
+
+
+@dataclass
+class _Rec:
+    order: int
+    key: int
+    nbytes: int
+    stack: tuple[str, ...]
+    tensor: torch.Tensor
+    tid: int
+
+
+class _LayoutMode(TorchFunctionMode):
+    def __init__(self, stack: list[str], hits: set[str]) -> None:
+        super().__init__()
+        self.stack, self.hits = stack, hits
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        if getattr(func, "__name__", "") in LAYOUT_FUNCS:
+            self.hits.update(self.stack)
+        return func(*args, **(kwargs or {}))
+
+
+def _record_forward(
+    model: nn.Module,
+    inputs: Sequence[Any],
+    loss_fn: Callable[[Any], torch.Tensor],
+) -> tuple[list[tuple[str, Any]], dict[str, tuple[tuple, dict]], dict[str, int], set[str]]:
+    """One forward + loss; events in order, captured unit inputs, call counts, layout modules."""
+    names = {id(m): n for n, m in model.named_modules()}
+    params = {storage_key(p)[0] for p in model.parameters()}
+    params |= {storage_key(b)[0] for b in model.buffers()}
+    stack: list[str] = []
+    events: list[tuple[str, Any]] = []
+    captured: dict[str, tuple[tuple, dict]] = {}
+    calls: dict[str, int] = {}
+    layout: set[str] = set()
+    order = [0]
+
+    def pre(mod, args, kwargs):
+        n = names[id(mod)]
+        stack.append(n)
+        calls[n] = calls.get(n, 0) + 1
+        if n not in captured:
+            captured[n] = (args, kwargs)
+        events.append(("call", n))
+        if isinstance(mod, (nn.Flatten, nn.Unflatten)):
+            layout.update(stack)
+
+    def post(mod, args, kwargs, out):
+        stack.pop()
+
+    def pack(t: torch.Tensor):
+        ptr, nbytes = storage_key(t)
+        if ptr not in params and nbytes > 0:
+            events.append(("save", _Rec(order[0], ptr, nbytes, tuple(stack), t, id(t))))
+            order[0] += 1
+        return t
+
+    handles = []
+    for m in model.modules():
+        handles.append(m.register_forward_pre_hook(pre, with_kwargs=True))
+        handles.append(m.register_forward_hook(post, with_kwargs=True))
+    try:
+        with (
+            torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t),
+            _LayoutMode(stack, layout),
+        ):
+            out = model(*inputs)
+            loss = loss_fn(out)
+        del out, loss
+    finally:
+        for h in handles:
+            h.remove()
+    return events, captured, calls, layout
+
+
+def select_units(model: nn.Module, saved_by_module: dict[str, int], max_units: int) -> list[str]:
+    """Antichain of modules ("blocks") that the executor wraps.
+
+    Start from the model and split a unit into its children when it has a
+    non-leaf child and it is the model itself, a pure container
+    (Sequential/ModuleList/ModuleDict) or holds more than ``1/max_units`` of all
+    saved bytes.  A module whose children are all leaves (conv-bn-act, an MLP) is
+    never split: recomputing a single leaf saves nothing (its input stays held),
+    so blocks are the useful granularity for recompute.
+    """
+    total = max(saved_by_module.get("", 0), 1)
+    mods = dict(model.named_modules())
+    children = {n: [f"{n}.{c}" if n else c for c, _ in m.named_children()] for n, m in mods.items()}
+
+    def splittable(u: str) -> bool:
+        if not any(children[c] for c in children[u]):
+            return u == "" and bool(children[u])
+        return (
+            u == ""
+            or isinstance(mods[u], CONTAINERS)
+            or saved_by_module.get(u, 0) > total / max_units
+        )
+
+    units = [""]
+    while True:
+        cands = [u for u in units if splittable(u)]
+        if not cands:
+            break
+        u = max(cands, key=lambda n: saved_by_module.get(n, 0))
+        i = units.index(u)
+        units[i : i + 1] = [c for c in children[u] if saved_by_module.get(c, 0) > 0]
+    return units
+
+
+def _median_time(fn: Callable[[], Any], repeats: int) -> float:
+    times = []
+    for _ in range(repeats):
+        t0 = time.process_time()
+        fn()
+        times.append(time.process_time() - t0)
+    return statistics.median(times)
+
+
+def _time_unit(
+    model: nn.Module, name: str, args: tuple, kwargs: dict, repeats: int
+) -> tuple[float, float]:
+    """Median forward time of a unit and of its last-called leaf (grad enabled, buffers restored)."""
+    mod = model.get_submodule(name)
+    snap = {n: b.detach().clone() for n, b in mod.named_buffers()}
+    leaf_times: list[tuple[str, float]] = []
+    t_start: dict[int, float] = {}
+
+    def pre(m, a):
+        t_start[id(m)] = time.process_time()
+
+    def post(m, a, o):
+        leaf_times.append((id(m), time.process_time() - t_start.pop(id(m), time.process_time())))
+
+    leaves = [m for m in mod.modules() if not list(m.children()) and m is not mod]
+    hs = [
+        h for m in leaves for h in (m.register_forward_pre_hook(pre), m.register_forward_hook(post))
+    ]
+    rng = torch.get_rng_state()
+    try:
+        with torch.enable_grad():
+            mod(*args, **kwargs)  # warm-up
+            leaf_times.clear()
+            fwd = _median_time(lambda: mod(*args, **kwargs), repeats)
+    finally:
+        for h in hs:
+            h.remove()
+        torch.set_rng_state(rng)
+        for n, b in mod.named_buffers():
+            b.data.copy_(snap[n])
+    if leaf_times:
+        last_id = leaf_times[-1][0]
+        last = statistics.median([t for i, t in leaf_times if i == last_id])
+    else:
+        last = fwd
+    return fwd, min(last, fwd)
+
+
+def _codec_cost(codec: Codec, tensors: list[torch.Tensor], sample_bytes: int) -> CodecCost:
+    held = 0.0
+    enc = dec = 0.0
+    for t in tensors:
+        x = t.detach()
+        scale = 1.0
+        nbytes = x.numel() * x.element_size()
+        if nbytes > sample_bytes and x.dim() > 0 and x.shape[0] > 1:
+            k = max(1, math.ceil(x.shape[0] * sample_bytes / nbytes))
+            scale = x.shape[0] / k
+            x = x[:k]
+        t0 = time.process_time()
+        data = codec.encode(x)
+        t1 = time.process_time()
+        codec.decode(data)
+        t2 = time.process_time()
+        held += len(data) * scale
+        enc += (t1 - t0) * scale
+        dec += (t2 - t1) * scale
+    return CodecCost(int(math.ceil(held)), enc, dec)
+
+
+def profile_model(
+    model: nn.Module,
+    inputs: Sequence[Any],
+    loss_fn: Callable[[Any], torch.Tensor],
+    *,
+    codecs: dict[str, Codec] | None = None,
+    max_units: int = 16,
+    repeats: int = 3,
+    codec_sample_bytes: int = 2 << 20,
+) -> ModelProfile:
+    """Measure everything the planner needs (see the module docstring)."""
+    events, captured, calls, layout = _record_forward(model, inputs, loss_fn)
+    recs = [e[1] for e in events if e[0] == "save"]
+    saved_by_module: dict[str, int] = {}
+    for r in recs:
+        owners = {""}
+        for n in r.stack:  # every called module and its (possibly never called) ancestors
+            parts = n.split(".")
+            owners.update(".".join(parts[:i]) for i in range(1, len(parts) + 1))
+        for n in owners:
+            saved_by_module[n] = saved_by_module.get(n, 0) + r.nbytes
+    units = select_units(model, saved_by_module, max_units)
+    unit_set = set(units)
+
+    # forward items: unit calls and glue runs, in order
+    items: list[tuple[str, Any]] = []  # ("unit", name) | ("glue", dict)
+    unit_step: dict[str, int] = {}
+    unit_recs: dict[str, list[_Rec]] = {u: [] for u in units}
+    glue: list[tuple[int, dict[int, int]]] = []
+    for kind, payload in events:
+        if kind == "call":
+            if payload in unit_set and payload not in unit_step:
+                unit_step[payload] = len(items)
+                items.append(("unit", payload))
+            continue
+        owner = next((n for n in payload.stack if n in unit_set), None)
+        if owner is not None:
+            unit_recs[owner].append(payload)
+        else:
+            if not items or items[-1][0] != "glue":
+                items.append(("glue", {}))
+                glue.append((len(items) - 1, items[-1][1]))
+            items[-1][1][payload.key] = payload.nbytes
+
+    profiles: list[UnitProfile] = []
+    item_s = [0.0] * len(items)
+    for name in sorted(unit_step, key=unit_step.get):
+        rs = unit_recs[name]
+        saved = {r.key: r.nbytes for r in rs}
+        args, kwargs = captured[name]
+        inputs_b: dict[int, int] = {}
+        for a in list(args) + list(kwargs.values()):
+            if isinstance(a, torch.Tensor):
+                k, nb = storage_key(a)
+                inputs_b[k] = nb
+        fwd, last = _time_unit(model, name, args, kwargs, repeats)
+        item_s[unit_step[name]] = fwd
+        uniq: dict[int, torch.Tensor] = {}
+        leaf_bytes: dict[str, int] = {}
+        for r in rs:
+            t = r.tensor
+            if t.is_floating_point() and t.numel() >= MIN_COMPRESS_NUMEL:
+                uniq.setdefault(r.tid, t)
+                leaf_bytes[r.stack[-1] if r.stack else ""] = (
+                    leaf_bytes.get(r.stack[-1] if r.stack else "", 0) + r.nbytes
+                )
+        float_keys = {storage_key(t)[0] for t in uniq.values()}
+        raw_rest = sum(b for k, b in saved.items() if k not in float_keys)
+        up = UnitProfile(
+            index=len(profiles),
+            name=name,
+            step=unit_step[name],
+            calls=calls.get(name, 1),
+            fwd_s=fwd,
+            last_op_s=last,
+            has_layout=name in layout,
+            saved=saved,
+            inputs=inputs_b,
+            float_bytes=sum(saved[k] for k in float_keys),
+            float_keys=float_keys,
+            leaf_max_bytes=max(leaf_bytes.values(), default=0),
+        )
+        for cname, codec in (codecs or {}).items():
+            cost = _codec_cost(codec, list(uniq.values()), codec_sample_bytes)
+            cost.held_bytes += raw_rest
+            up.codecs[cname] = cost
+        profiles.append(up)
+    total = sum({r.key: r.nbytes for r in recs}.values())
+    return ModelProfile(profiles, glue, len(items), item_s, total)

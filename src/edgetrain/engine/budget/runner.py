@@ -1,0 +1,183 @@
+"""One call from a model to a measured budget run: profile, plan, execute, compare.
+
+``run_budget`` is what ``edgetrain budget`` and the benchmarks use.  It profiles the
+model on this CPU, resolves the budget (a fraction of the *measured* unplanned
+saved-activation peak, or bytes), plans, then executes ``repeats`` training steps
+of the plan and of ``none`` alternately from the same weights, reporting medians.
+Gradients are compared on the first step (same weights, same batch, same RNG).
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import nn
+
+from edgetrain.compress import make_codec
+from edgetrain.engine.budget.accountant import MemoryAccountant, model_state_tensors, peak_rss_bytes
+from edgetrain.engine.budget.executor import PlanExecutor
+from edgetrain.engine.budget.plan import ExecutionPlan
+from edgetrain.engine.budget.planner import CODECS_FOR, METHODS, plan
+from edgetrain.engine.budget.profile import ModelProfile, profile_model
+from edgetrain.errors import ConfigError
+
+_UNITS = {
+    "": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9,
+    "kib": 2**10, "mib": 2**20, "gib": 2**30,
+}  # fmt: skip
+
+
+def parse_budget(text: str | float, unplanned_peak: int) -> int:
+    """``0.5`` -> half of ``unplanned_peak``; ``300MB`` / ``256MiB`` / ``123456`` -> bytes."""
+    s = str(text).strip().lower()
+    m = re.fullmatch(r"([0-9]*\.?[0-9]+(?:e[+-]?[0-9]+)?)\s*([kmg]i?b|b)?", s)
+    if not m:
+        raise ConfigError(
+            f"budget {text!r} not understood; give a fraction in (0, 1] of the unplanned peak "
+            "(e.g. 0.5) or a size such as 300MB, 256MiB or 123456 (bytes)"
+        )
+    value = float(m.group(1))
+    unit = m.group(2)
+    if unit is None and value <= 1.0:
+        if value <= 0:
+            raise ConfigError(f"budget {text!r}: a fraction must be > 0")
+        return max(1, int(value * unplanned_peak))
+    return int(value * _UNITS[unit or ""])
+
+
+@dataclass
+class BudgetReport:
+    method: str
+    budget_bytes: int
+    unplanned_peak_bytes: int  # measured, plan "none"
+    measured_peak_bytes: int  # measured, this plan (max over repeats)
+    predicted_peak_bytes: int
+    step_time_ratio: float  # median(plan step) / median(none step), CPU time, same run
+    decisions: dict[str, int]
+    max_abs_grad_error: float
+    loss_abs_error: float
+    step_s: float
+    none_step_s: float
+    predicted_overhead_s: float
+    peak_rss_bytes: int
+    plan: ExecutionPlan
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        d = {k: v for k, v in vars(self).items() if k != "plan"}
+        d["plan"] = self.plan.to_json()
+        return d
+
+
+def codecs_for(method: str) -> dict[str, Any]:
+    return {c: make_codec(c) for c in CODECS_FOR.get(method, ())}
+
+
+def measure_steps(
+    model: nn.Module,
+    plans: dict[str, ExecutionPlan],
+    inputs: Sequence[Any],
+    loss_fn: Callable[[Any], torch.Tensor],
+    repeats: int = 3,
+    seed: int = 0,
+) -> dict[str, dict[str, Any]]:
+    """Run each plan ``repeats`` times (interleaved) from the same state; times, peaks, grads.
+
+    ``times`` are process CPU seconds (``time.process_time``): on a CPU shared with
+    other jobs, wall time mostly measures the neighbours; with one intra-op thread
+    the process's CPU time is the step's own work (wall times are kept in ``wall``).
+    """
+    state = copy.deepcopy(model.state_dict())
+    out: dict[str, dict[str, Any]] = {
+        k: {"times": [], "wall": [], "peak": 0, "grads": None, "loss": None} for k in plans
+    }
+    for r in range(repeats + 1):  # first round is a warm-up (timing discarded)
+        for name, p in plans.items():
+            model.load_state_dict(state)
+            model.zero_grad(set_to_none=True)
+            acc = MemoryAccountant(exclude=model_state_tensors(model))
+            torch.manual_seed(seed)
+            with PlanExecutor(model, p, accountant=acc) as ex:
+                c0, t0 = time.process_time(), time.perf_counter()
+                loss = ex.step(inputs, loss_fn)
+                cpu, wall = time.process_time() - c0, time.perf_counter() - t0
+            rec = out[name]
+            rec["peak"] = max(rec["peak"], acc.peak)
+            if r > 0:
+                rec["times"].append(cpu)
+                rec["wall"].append(wall)
+            if rec["grads"] is None:
+                rec["grads"] = [
+                    (p_.grad.detach().clone() if p_.grad is not None else None)
+                    for p_ in model.parameters()
+                ]
+                rec["loss"] = float(loss)
+    model.load_state_dict(state)
+    model.zero_grad(set_to_none=True)
+    return out
+
+
+def max_grad_diff(a: list, b: list) -> float:
+    diffs = [
+        (x - y).abs().max().item()
+        for x, y in zip(a, b, strict=True)
+        if x is not None and y is not None
+    ]
+    return max(diffs, default=0.0)
+
+
+def none_plan(profile: ModelProfile) -> ExecutionPlan:
+    from edgetrain.engine.budget.planner import simulate
+
+    peak = int(simulate(profile, {}).max(initial=0))
+    return ExecutionPlan("none", peak, peak, peak, 0.0, [])
+
+
+def run_budget(
+    model: nn.Module,
+    inputs: Sequence[Any],
+    loss_fn: Callable[[Any], torch.Tensor],
+    budget: str | float,
+    method: str = "hybrid",
+    *,
+    repeats: int = 3,
+    seed: int = 0,
+    profile: ModelProfile | None = None,
+) -> BudgetReport:
+    """Profile (unless given), plan and measure ``method`` under ``budget``."""
+    if method not in METHODS:
+        raise ConfigError(f"unknown budget method {method!r}; expected one of {', '.join(METHODS)}")
+    torch.manual_seed(seed)
+    if profile is None:
+        profile = profile_model(model, inputs, loss_fn, codecs=codecs_for(method))
+    base = none_plan(profile)
+    first = measure_steps(model, {"none": base}, inputs, loss_fn, repeats=0, seed=seed)
+    unplanned = first["none"]["peak"]
+    budget_bytes = parse_budget(budget, unplanned)
+    p = plan(profile, budget_bytes, method)
+    res = measure_steps(model, {"none": base, method: p}, inputs, loss_fn, repeats, seed)
+    none_s = statistics.median(res["none"]["times"]) if repeats else float("nan")
+    plan_s = statistics.median(res[method]["times"]) if repeats else float("nan")
+    return BudgetReport(
+        method=method,
+        budget_bytes=budget_bytes,
+        unplanned_peak_bytes=unplanned,
+        measured_peak_bytes=res[method]["peak"],
+        predicted_peak_bytes=p.predicted_peak_bytes,
+        step_time_ratio=plan_s / none_s if repeats else float("nan"),
+        decisions={k: v for k, v in p.decision_counts().items()},
+        max_abs_grad_error=max_grad_diff(res[method]["grads"], res["none"]["grads"]),
+        loss_abs_error=abs(res[method]["loss"] - res["none"]["loss"]),
+        step_s=plan_s,
+        none_step_s=none_s,
+        predicted_overhead_s=p.predicted_overhead_s,
+        peak_rss_bytes=peak_rss_bytes(),
+        plan=p,
+    )

@@ -1,0 +1,62 @@
+"""``edgetrain budget`` end to end on a small zoo model."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from edgetrain.cli import main
+
+
+def _run(capsys, *args: str) -> tuple[int, str, str]:
+    code = 0
+    try:
+        main(["budget", *args])
+    except SystemExit as exc:
+        code = int(exc.code or 0)
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def test_budget_json_fields(capsys, tmp_path):
+    plan_path = tmp_path / "plan.json"
+    code, out, _ = _run(
+        capsys, "--model", "ds-cnn", "--batch", "4", "--budget", "0.7", "--method", "hybrid",
+        "--repeats", "1", "--json", "--plan-out", str(plan_path),
+    )  # fmt: skip
+    assert code == 0
+    row = json.loads(out)
+    for key in (
+        "budget_bytes", "unplanned_peak_bytes", "measured_peak_bytes", "predicted_peak_bytes",
+        "step_time_ratio", "decisions", "max_abs_grad_error",
+    ):  # fmt: skip
+        assert key in row
+    assert row["budget_bytes"] == int(0.7 * row["unplanned_peak_bytes"])
+    assert row["measured_peak_bytes"] <= row["predicted_peak_bytes"] <= row["budget_bytes"]
+    assert sum(row["decisions"].values()) == row["units"]
+    assert row["decisions"]["keep"] < row["units"]
+    assert json.loads(plan_path.read_text())["version"] == 1
+
+
+def test_budget_recompute_is_exact_and_table_output(capsys):
+    code, out, _ = _run(
+        capsys, "--model", "ds-cnn", "--batch", "4", "--budget", "0.9", "--method", "recompute",
+        "--repeats", "1",
+    )  # fmt: skip
+    assert code == 0
+    assert "max_abs_grad_error" in out and "measured_peak_bytes" in out
+
+
+@pytest.mark.parametrize(
+    "args,msg",
+    [
+        (["--budget", "0.01"], "minimum feasible budget"),
+        (["--method", "magic"], "--method"),
+        (["--budget", "lots"], "not understood"),
+    ],
+)
+def test_budget_user_errors(capsys, args, msg):
+    code, out, err = _run(capsys, "--model", "ds-cnn", "--batch", "2", "--repeats", "1", *args)
+    assert code == 2 and out == ""
+    assert msg in err.replace("\n", " ")
