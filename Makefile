@@ -3,7 +3,7 @@
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
-EXTRAS := data,peft,rl,codecs,test
+EXTRAS := data,peft,rl,codecs,ray,test
 STAMP := $(VENV)/.edgetrain-installed
 
 .PHONY: demo test lint format clean venv

@@ -23,6 +23,7 @@ COMMAND_MODULES = [
     "edgetrain.commands.catalog",  # models / data / devices listings
     "edgetrain.commands.demo",  # edgetrain demo
     "edgetrain.commands.budget",  # edgetrain budget (memory-budget training)
+    "edgetrain.commands.chain",  # edgetrain chain (decentralized ChainSGD-reduce, MDLdroid)
 ]
 
 app = typer.Typer(

@@ -1,0 +1,82 @@
+"""``edgetrain chain``: decentralized training without a server (MDLdroid)."""
+
+from __future__ import annotations
+
+import typer
+
+from edgetrain.commands._output import err_console, print_json, print_table
+from edgetrain.decentralized.faults import Fault
+from edgetrain.decentralized.trainer import ChainConfig, default_run_name, run_chain
+from edgetrain.errors import ConfigError
+from edgetrain.runs import RunDir
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("chain")
+    def chain(
+        devices: int = typer.Option(6, help="Number of training devices."),
+        scheduler: str = typer.Option("chain", help="chain (DQN) | ring | tree."),
+        aggregation: str = typer.Option("chain", help="chain (θ-weighted) | neighbor | central."),
+        model: str = typer.Option("lenet", help="Model zoo name (lenet, alexnet)."),
+        data: str = typer.Option("watch", help="Shipped sensor data set."),
+        setting: str = typer.Option(
+            "per-person",
+            help="per-person: one subject per device; individual: one person's data "
+            "spread over their own devices.",
+        ),
+        epochs: int = typer.Option(5, help="Training epochs."),
+        aggs_per_epoch: int = typer.Option(1, help="Aggregation rounds per epoch (Fig. 12-14)."),
+        seed: int = typer.Option(0, help="Seed for data split, model, busy allocation, DQN."),
+        link: str = typer.Option("bluetooth", help="bluetooth | wifi_direct (pair transfers)."),
+        busy: str = typer.Option("random", help="random (≤50% busy) | trace | none."),
+        fault: list[str] = typer.Option(
+            [], help="DEVICE@LOST[:REJOIN] iteration range a device is down, e.g. 2@1:3."
+        ),
+        init_model: str = typer.Option(None, help="Pre-trained model.safetensors to continue."),
+        executor: str = typer.Option("inprocess", help="inprocess | ray."),
+        name: str = typer.Option(None, help="Run directory name (default from the options)."),
+        runs_root: str = typer.Option("runs", help="Where run directories go."),
+        as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
+    ) -> None:
+        """Train one model on several devices with ChainSGD-reduce; writes a run directory."""
+        if executor not in ("inprocess", "ray"):
+            raise ConfigError(f"--executor {executor!r} is not one of inprocess, ray")
+        cfg = ChainConfig(
+            devices=devices,
+            scheduler=scheduler,
+            aggregation=aggregation,
+            model=model,
+            data=data,
+            setting=setting,
+            epochs=epochs,
+            aggs_per_epoch=aggs_per_epoch,
+            seed=seed,
+            link=link,
+            busy=busy,
+            faults=[Fault.parse(f) for f in fault],
+            init_model=init_model,
+        )
+        cfg.check()
+        run_dir = (
+            RunDir.create(name, runs_root)
+            if name
+            else RunDir.unique(default_run_name(cfg), runs_root)
+        )
+
+        def progress(rec: dict) -> None:
+            if not as_json:
+                err_console.print(
+                    f"epoch {rec['epoch']}: accuracy {rec['accuracy']:.2f}% "
+                    f"sim time {rec['sim_time_s']:.1f}s"
+                )
+
+        result = run_chain(cfg, run_dir, progress=progress, executor=executor)
+        summary = result.summary()
+        if as_json:
+            print_json(summary)
+        else:
+            print_table(
+                "edgetrain chain",
+                [summary],
+                ["accuracy", "sim_time_s", "energy_variance", "peak_model_copies", "run_dir"],
+            )

@@ -1,0 +1,172 @@
+"""Simulated clock and energy for one training iteration of a device fleet.
+
+Accuracy is trained for real; time and energy of phones we do not have are
+simulated here from the device profiles (``edgetrain.devices``), whose every
+constant cites its source (MDLdroid Table 2 phones, Bluetooth/Wi-Fi Direct
+link rates and radio power). The model of one iteration:
+
+1. Local training: device i trains ``flops_i`` FLOPs at its sustained training
+   rate ``compute_flops`` (profile) -> ``train_s[i]``.
+2. Busy: a busy device cannot take part in aggregation before
+   ``train_s[i] + busy_s`` (T_b of eq. 5). The paper gives no busy duration.
+   Our default ``BUSY_S`` = 75 s: FedHybrid §4.4.2 (our ``devices.traces``
+   app-usage model) has interaction sessions of ~150 s, and a session caught at
+   a random instant has on average half of it left.
+3. Reduce: pairs run in schedule order; a pair starts when both devices are
+   free, moves ``model_bytes`` over the link at the slower side's bandwidth
+   (bytes·8/bps) and the receiver then aggregates (4 FLOPs per parameter:
+   two multiplies, an add and the division of eq. 3). For CentralSGD every
+   delta goes to the master, whose radio receives them one after another.
+4. Broadcast: binomial tree (⌈log2 N⌉ rounds, §3.2.3) for chain/neighbor; the
+   master's sequential N-1 sends for central (FL's one-to-many).
+
+Energy per device = compute power × (training + aggregation time) + radio
+tx/rx power × transfer time (``edgetrain.devices.energy.energy_j``). Eq. 6's
+energy variance is taken over the *aggregation* energy (transfers + aggregate
+compute), the part a scheduler can move between devices; training energy is
+reported separately.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from edgetrain.decentralized.broadcast import binomial_broadcast, sequential_broadcast
+from edgetrain.decentralized.resources import DeviceStatus
+from edgetrain.decentralized.schedule import Schedule
+from edgetrain.devices import DeviceProfile, energy_j
+from edgetrain.errors import ConfigError
+
+# eq. 3 per element: θi·Δwi + θj·Δwj then / (θi + θj): 2 mul + 1 add + 1 div.
+AGG_FLOPS_PER_PARAM = 4
+# Expected remaining length of a ~150 s phone interaction session (FedHybrid §4.4.2).
+BUSY_S = 75.0
+
+
+@dataclass
+class IterationCost:
+    """Simulated time and energy of one iteration (all times in seconds)."""
+
+    time_s: float
+    reduce_end_s: float
+    train_s: dict[int, float]
+    energy_j: dict[int, float]
+    agg_energy_j: dict[int, float]
+    tx_bytes: dict[int, int]
+    rx_bytes: dict[int, int]
+    broadcast_rounds: int
+    reduce_rounds: int
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def energy_variance(self) -> float:
+        """Eq. 6 over the devices' aggregation energy (J²)."""
+        return energy_variance(self.agg_energy_j)
+
+
+def energy_variance(energy: Mapping[int, float]) -> float:
+    """Eq. 6: (1/N) Σ (E_i − μ)²."""
+    v = np.array(list(energy.values()), dtype=np.float64)
+    return float(((v - v.mean()) ** 2).mean()) if len(v) else 0.0
+
+
+def link_time_s(a: DeviceProfile, b: DeviceProfile, n_bytes: int, link: str) -> float:
+    """Transfer time over ``link`` at the slower of the two ends."""
+    return 8.0 * n_bytes / min(a.link_bps(link), b.link_bps(link))
+
+
+def simulate_iteration(
+    schedule: Schedule,
+    statuses: Sequence[DeviceStatus],
+    profiles: Mapping[int, DeviceProfile],
+    train_flops: Mapping[int, float],
+    n_params: int,
+    model_bytes: int,
+    aggregation: str = "chain",
+    link: str = "bluetooth",
+    busy_s: float | None = None,
+) -> IterationCost:
+    """Simulate one iteration's clock and energy for the devices in ``schedule``."""
+    if aggregation not in ("chain", "neighbor", "central"):
+        raise ConfigError(f"unknown aggregation {aggregation!r}; choose chain, neighbor or central")
+    devs = list(schedule.devices)
+    st = {s.device: s for s in statuses}
+    missing = [d for d in devs if d not in profiles or d not in train_flops]
+    if missing:
+        raise ConfigError(f"no profile or training FLOPs for devices {missing}")
+    train_s = {d: train_flops[d] / profiles[d].compute_flops for d in devs}
+    ready = {}
+    for d in devs:
+        busy = st.get(d, DeviceStatus(d)).busy
+        delay = (BUSY_S if busy_s is None else busy_s) if busy else 0.0
+        ready[d] = train_s[d] + delay
+    comp_s = dict.fromkeys(devs, 0.0)
+    tx = dict.fromkeys(devs, 0)
+    rx = dict.fromkeys(devs, 0)
+    link_s = {d: [0.0, 0.0] for d in devs}  # seconds sending, receiving
+    avail = dict(ready)
+
+    def transfer(src: int, dst: int, start: float) -> float:
+        dt = link_time_s(profiles[src], profiles[dst], model_bytes, link)
+        tx[src] += model_bytes
+        rx[dst] += model_bytes
+        link_s[src][0] += dt
+        link_s[dst][1] += dt
+        return start + dt
+
+    if aggregation == "central":
+        master = schedule.root
+        radio = avail[master]
+        for d in sorted((d for d in devs if d != master), key=lambda d: avail[d]):
+            start = max(radio, avail[d])
+            radio = transfer(d, master, start)
+            avail[d] = radio
+        agg_s = AGG_FLOPS_PER_PARAM * n_params * (len(devs) - 1) / profiles[master].compute_flops
+        comp_s[master] += agg_s
+        avail[master] = max(radio, avail[master]) + agg_s
+        reduce_rounds = len(devs) - 1
+    else:
+        for p in schedule.pairs:
+            start = max(avail[p.sender], avail[p.receiver])
+            end = transfer(p.sender, p.receiver, start)
+            agg_s = AGG_FLOPS_PER_PARAM * n_params / profiles[p.receiver].compute_flops
+            comp_s[p.receiver] += agg_s
+            avail[p.sender] = end
+            avail[p.receiver] = end + agg_s
+        reduce_rounds = len(schedule.rounds())
+    root = schedule.root
+    reduce_end = avail[root]
+    live_status = [st.get(d, DeviceStatus(d)) for d in devs]
+    rounds = (
+        sequential_broadcast(root, live_status)
+        if aggregation == "central"
+        else binomial_broadcast(root, live_status)
+    )
+    for rnd in rounds:
+        for p in rnd:
+            start = max(avail[p.sender], avail[p.receiver])
+            end = transfer(p.sender, p.receiver, start)
+            avail[p.sender] = end
+            avail[p.receiver] = end
+    time_s = max(avail.values())
+    energy, agg_energy = {}, {}
+    for d in devs:
+        prof = profiles[d]
+        tx_w, rx_w = prof.link_power(link)
+        radio_j = tx_w * link_s[d][0] + rx_w * link_s[d][1]
+        agg_energy[d] = prof.power_compute_w * comp_s[d] + radio_j
+        energy[d] = energy_j(prof, compute_s=train_s[d]) + agg_energy[d]
+    return IterationCost(
+        time_s=time_s,
+        reduce_end_s=reduce_end,
+        train_s=train_s,
+        energy_j=energy,
+        agg_energy_j=agg_energy,
+        tx_bytes=tx,
+        rx_bytes=rx,
+        broadcast_rounds=len(rounds),
+        reduce_rounds=reduce_rounds,
+    )

@@ -1,0 +1,114 @@
+"""ChainSGD == CentralSGD mean for any valid chain schedule; NeighborSGD is not."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from edgetrain.decentralized.aggregation import (
+    CentralSGD,
+    ChainSGD,
+    Message,
+    NeighborSGD,
+    make_aggregator,
+    pair_aggregate,
+)
+from edgetrain.decentralized.resources import DeviceStatus
+from edgetrain.decentralized.schedule import Pair, Schedule
+from edgetrain.decentralized.schedulers import RingScheduler, TreeScheduler
+from edgetrain.errors import ConfigError
+
+
+@st.composite
+def chain_schedules(draw, max_n: int = 9):
+    """Any valid chain reduce: repeatedly pick a live sender and a live receiver."""
+    n = draw(st.integers(2, max_n))
+    alive = list(range(n))
+    pairs = []
+    while len(alive) > 1:
+        s = draw(st.sampled_from(alive))
+        r = draw(st.sampled_from([a for a in alive if a != s]))
+        pairs.append((s, r))
+        alive.remove(s)
+    return Schedule.of(range(n), pairs)
+
+
+def _deltas(n: int, seed: int) -> dict[int, dict[str, torch.Tensor]]:
+    g = torch.Generator().manual_seed(seed)
+    return {
+        d: {
+            "w": torch.randn(3, 4, generator=g, dtype=torch.float64),
+            "b": torch.randn(4, generator=g, dtype=torch.float64),
+        }
+        for d in range(n)
+    }
+
+
+@settings(max_examples=60, deadline=None)
+@given(chain_schedules(), st.integers(0, 2**16))
+def test_chain_equals_central_mean_and_theta_conserved(schedule, seed):
+    deltas = _deltas(len(schedule.devices), seed)
+    chain = ChainSGD().reduce(deltas, schedule)
+    central = CentralSGD().reduce(deltas, schedule)
+    for k in deltas[0]:
+        torch.testing.assert_close(chain.aggregate[k], central.aggregate[k], rtol=1e-10, atol=1e-12)
+    assert chain.theta == len(schedule.devices)
+    assert max(chain.peak_copies.values()) <= 2
+    assert central.peak_copies[central.root] == len(schedule.devices)
+
+
+@settings(max_examples=40, deadline=None)
+@given(chain_schedules(), st.integers(0, 2**16))
+def test_neighbor_differs_from_mean_beyond_two_devices(schedule, seed):
+    n = len(schedule.devices)
+    deltas = _deltas(n, seed)
+    neigh = NeighborSGD().reduce(deltas, schedule)
+    central = CentralSGD().reduce(deltas, schedule)
+    close = torch.allclose(neigh.aggregate["w"], central.aggregate["w"], atol=1e-9)
+    # In NeighborSGD every pair halves both sides, so device d ends with weight
+    # 2^-(number of pairs its contribution went through); equal to 1/n only when
+    # every contribution went through log2(n) pairs.
+    depth = dict.fromkeys(schedule.devices, 0)
+    holds = {d: {d} for d in schedule.devices}
+    for p in schedule.pairs:
+        holds[p.receiver] |= holds.pop(p.sender)
+        for d in holds[p.receiver]:
+            depth[d] += 1
+    if len(set(depth.values())) == 1:
+        assert close
+    else:
+        assert not close
+
+
+def test_pair_aggregate_weights_by_theta():
+    a = Message({"x": torch.tensor([0.0])}, 3.0)
+    b = Message({"x": torch.tensor([4.0])}, 1.0)
+    out = pair_aggregate(a, b)
+    assert out.theta == 4.0
+    assert out.delta["x"].item() == pytest.approx(1.0)
+
+
+def test_schedule_validation_errors():
+    with pytest.raises(ConfigError, match="already sent"):
+        Schedule.of(range(3), [(0, 1), (0, 2)])
+    with pytest.raises(ConfigError, match="needs 2 pairs"):
+        Schedule.of(range(3), [(0, 1)])
+    with pytest.raises(ConfigError, match="itself"):
+        Schedule.of(range(2), [(1, 1)])
+    with pytest.raises(ConfigError, match="unknown aggregation"):
+        make_aggregator("mean")
+
+
+def test_ring_and_tree_shapes():
+    st9 = [DeviceStatus(d) for d in range(9)]
+    ring = RingScheduler().schedule(st9)
+    tree = TreeScheduler().schedule(st9)
+    assert len(ring.rounds()) == 8 and max(ring.receive_counts().values()) == 1
+    assert len(tree.rounds()) == 4 and tree.root == 0
+    assert tree.receive_counts()[0] == 4
+    assert Schedule.of(range(4), [Pair(1, 0), Pair(3, 2), Pair(2, 0)]).rounds() == [
+        [Pair(1, 0), Pair(3, 2)],
+        [Pair(2, 0)],
+    ]

@@ -1,0 +1,112 @@
+"""Gymnasium env, reward of eq. 7, thresholds of eq. 8-10, DQN chain scheduler."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from gymnasium.utils.env_checker import check_env
+
+from edgetrain.decentralized.chain_scheduler import ChainScheduler
+from edgetrain.decentralized.dqn import DQNAgent, DQNConfig
+from edgetrain.decentralized.env import (
+    GLOBAL,
+    PER_DEVICE,
+    ChainSchedulingEnv,
+    RewardConfig,
+    _f,
+    threshold,
+)
+from edgetrain.decentralized.resources import DeviceStatus, random_statuses
+from edgetrain.errors import ConfigError
+
+
+def test_env_passes_gymnasium_checker():
+    check_env(ChainSchedulingEnv(5), skip_render_check=True)
+
+
+def test_reward_terms_follow_eq7():
+    cfg = RewardConfig()
+    st = [DeviceStatus(0), DeviceStatus(1), DeviceStatus(2, in_use=True)]
+    env = ChainSchedulingEnv(3, st)
+    env.reset(seed=0)
+    _, r, done, _, _ = env.step(0)  # sender, n_agg 0
+    assert r == pytest.approx(cfg.alpha) and not done
+    _, r, done, _, _ = env.step(1)  # receiver, n_agg 0; reduce makespan 0 -> 1
+    assert r == pytest.approx(cfg.alpha - cfg.latency)
+    _, r, _, _, _ = env.step(1)  # sender that aggregated once: incentive
+    assert r == pytest.approx(cfg.alpha + cfg.beta)
+    # busy receiver at t=3 of 4 (joins after busy_delay=2): makespan 1 -> 3, then complete
+    _, r, done, _, info = env.step(2)
+    assert r == pytest.approx(cfg.alpha + cfg.rho * (1 - 3 / 4) - 2 * cfg.latency + cfg.complete)
+    assert done and info["pairs"] == [(0, 1), (1, 2)]
+    assert env.schedule().root == 2
+    env.reset()
+    env.step(0)
+    _, r, done, _, _ = env.step(0)  # sender as its own receiver: invalid
+    assert r == cfg.invalid and done
+
+
+def test_threshold_equations():
+    beta = RewardConfig().beta
+    assert _f(1, beta) == 0 and _f(8, beta) == 0
+    assert _f(7, beta) == pytest.approx(2 * beta)  # 7 -> 3 -> 1: two odd levels
+    t0 = threshold(8, 0)
+    assert threshold(8, 2) < t0  # busy devices lower what can be reached
+
+
+def test_absent_devices_are_skipped():
+    env = ChainSchedulingEnv(4, absent=[2])
+    _, info = env.reset(seed=1)
+    assert not info["action_mask"][2]
+    assert env.best_steps == 4
+
+
+def test_tdge_switches_after_threshold_and_learns_valid_schedule():
+    n = 4
+    st = [DeviceStatus(0), DeviceStatus(1, in_use=True), DeviceStatus(2), DeviceStatus(3)]
+    env = ChainSchedulingEnv(n, st)
+    agent = DQNAgent(n * PER_DEVICE + GLOBAL, n, DQNConfig(exploration="tdge"), seed=0)
+    res = agent.learn(env, 150)
+    assert res.converged_at is not None and res.converged_at <= 150
+    assert any(r > res.threshold for r in res.returns)
+    sched, g = agent.greedy_schedule(env)
+    assert g >= res.threshold
+    # the busy device 1 must not take part in the first pair
+    assert 1 not in (sched.pairs[0].sender, sched.pairs[0].receiver)
+
+
+def test_chain_scheduler_relearns_and_falls_back():
+    rng = np.random.default_rng(3)
+    sch = ChainScheduler(4, seed=0, first_episodes=60, relearn_episodes=1)
+    st = random_statuses(4, rng)
+    s1 = sch.schedule(st)
+    assert sch.log[-1].relearned and len(s1.pairs) == 3
+    sch.schedule(st)
+    assert not sch.log[-1].relearned
+    st2 = [DeviceStatus(0, in_use=True), DeviceStatus(1), DeviceStatus(2), DeviceStatus(3)]
+    s3 = sch.schedule(st2)
+    log = sch.log[-1]
+    assert log.relearned and log.episodes == 1
+    # with a one-episode slot the result is the better of greedy and best seen
+    assert log.best_return >= log.greedy_return
+    assert len(s3.pairs) == 3
+    # a lost device is left out of the schedule
+    s4 = sch.schedule([s for s in st2 if s.device != 3])
+    assert 3 not in s4.devices and len(s4.pairs) == 2
+    with pytest.raises(ConfigError):
+        sch.schedule([DeviceStatus(7)])
+    with pytest.raises(ConfigError):
+        DQNConfig(exploration="boltzmann")
+
+
+def test_status_busy_rule_matches_devices_package():
+    from edgetrain.devices import phones, random_resource_states
+    from edgetrain.devices.state import is_busy
+
+    states = random_resource_states(phones("mdldroid") * 3, 0.5, seed=4)
+    for d, s in enumerate(states):
+        assert DeviceStatus.from_state(d, s).busy == is_busy(s)
+    rng = np.random.default_rng(0)
+    for _ in range(20):
+        st = random_statuses(8, rng, 0.5)
+        assert sum(s.busy for s in st) <= 4
