@@ -7,7 +7,6 @@ import json
 
 import pytest
 import torch
-from finetune_tiny import TinyCCT, batch
 from safetensors.torch import load_file, save_file
 
 from edgetrain.errors import ModelError
@@ -18,6 +17,7 @@ from edgetrain.finetune import (
     save_adapter,
     trainable_state_dict,
 )
+from tiny_models import TinyCCT, batch
 
 peft = pytest.importorskip("peft")
 

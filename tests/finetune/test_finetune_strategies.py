@@ -6,7 +6,6 @@ import copy
 
 import pytest
 import torch
-from finetune_tiny import TinyCCT, batch
 from hypothesis import given
 from hypothesis import strategies as st
 from torch import nn
@@ -20,6 +19,7 @@ from edgetrain.finetune import (
     merge_lora,
     trainable_state_dict,
 )
+from tiny_models import TinyCCT, batch
 
 
 @given(kind=st.sampled_from(["full", "lp", "ft", "lora"]), k=st.integers(1, 64))

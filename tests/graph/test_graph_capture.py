@@ -7,13 +7,13 @@ import copy
 import pytest
 import torch
 import torch.nn.functional as F
-from graph_tiny import TinyCNN, batch, captured
 from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
 from edgetrain.errors import ConfigError, UnsupportedOperatorError
 from edgetrain.finetune import apply_strategy
 from edgetrain.graph import PHASES, TensorKind, capture, execute
+from tiny_models import TinyCNN, batch, captured
 
 
 def eager_steps(model, optimizer: str, data, lr=0.01, momentum=0.9):

@@ -6,12 +6,12 @@ import json
 
 import pytest
 import torch
-from graph_tiny import batch, captured
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from edgetrain.errors import ModelError
 from edgetrain.graph import Node, TensorInfo, TensorKind, TrainGraph, execute
+from tiny_models import batch, captured
 
 names = st.text(alphabet="abcdefghij._0123456789", min_size=1, max_size=12)
 

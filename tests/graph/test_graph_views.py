@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import torch
-from graph_tiny import captured
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from edgetrain.graph import ops
+from tiny_models import captured
 
 
 def test_storage_alias_follows_real_storage():

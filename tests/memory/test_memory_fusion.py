@@ -2,18 +2,13 @@
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "graph"))
-from graph_tiny import captured  # noqa: E402
-
-from edgetrain.devices import get_target  # noqa: E402
-from edgetrain.memory import estimate_latency, lifetimes, live_bytes, place_hierarchy  # noqa: E402
-from edgetrain.memory.fusion import FUSED_OP, fuse_lora, lora_modules  # noqa: E402
-from edgetrain.memory.peak import peak_report  # noqa: E402
+from edgetrain.devices import get_target
+from edgetrain.memory import estimate_latency, lifetimes, live_bytes, place_hierarchy
+from edgetrain.memory.fusion import FUSED_OP, fuse_lora, lora_modules
+from edgetrain.memory.peak import peak_report
+from tiny_models import captured
 
 PULP = get_target("pulp")
 

@@ -1,4 +1,4 @@
-"""Tiny models with the zoo attributes (CCT-like transformer, small CNN) for fast capture tests."""
+"""Tiny models with the zoo attributes (CCT-like transformer, small CNN), shared by the tests."""
 
 from __future__ import annotations
 
