@@ -22,6 +22,8 @@ COMMAND_MODULES = [
     "edgetrain.commands.alloc",  # edgetrain alloc (MiniMalloc CSV problems)
     "edgetrain.commands.catalog",  # models / data / devices listings
     "edgetrain.commands.demo",  # edgetrain demo
+    "edgetrain.commands.pretrain",  # edgetrain pretrain (transfer source model)
+    "edgetrain.commands.finetune",  # edgetrain finetune / --resume (few-shot transfer)
     "edgetrain.commands.budget",  # edgetrain budget (memory-budget training)
     "edgetrain.commands.chain",  # edgetrain chain (decentralized ChainSGD-reduce, MDLdroid)
 ]
