@@ -47,3 +47,23 @@ def print_table(title: str, rows: Sequence[dict[str, Any]], columns: Iterable[st
 
 def _numeric(v: Any) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def step_progress(disable: bool = False):
+    """The progress bar every training command shows on stderr (steps, status, elapsed).
+
+    Use ``progress.add_task(description, total=None, status="")`` and update it from the
+    library's ``on_step(done, total)`` / ``on_epoch`` callbacks. Disabled for ``--json``.
+    """
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    return Progress(
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        TextColumn("{task.completed}/{task.total} steps"),
+        TextColumn("{task.fields[status]}"),
+        TimeElapsedColumn(),
+        console=err_console,
+        transient=disable,
+        disable=disable,
+    )

@@ -5,24 +5,14 @@ from __future__ import annotations
 from pathlib import Path
 
 import typer
-from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-from edgetrain.commands._output import err_console, print_json
+from edgetrain.commands._output import print_json, step_progress
 
 
 def _train(config, json_out: bool, name: str | None) -> None:
     from edgetrain.engine.local import run_local
 
-    with Progress(
-        TextColumn("[bold]{task.description}"),
-        BarColumn(),
-        TextColumn("{task.completed}/{task.total} steps"),
-        TextColumn("{task.fields[status]}"),
-        TimeElapsedColumn(),
-        console=err_console,
-        transient=json_out,
-        disable=json_out,
-    ) as progress:
+    with step_progress(disable=json_out) as progress:
         task = progress.add_task(
             f"{config.model.name} on {config.data.name}", total=None, status=""
         )

@@ -11,9 +11,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import typer
-from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-from edgetrain.commands._output import err_console, print_json, print_table
+from edgetrain.commands._output import print_json, print_table, step_progress
 
 
 def register(app: typer.Typer) -> None:
@@ -111,15 +110,7 @@ def register(app: typer.Typer) -> None:
                 target=target,
                 plan=plan,
             )
-        with Progress(
-            TextColumn("[bold]{task.description}"),
-            BarColumn(),
-            TextColumn("{task.completed}/{task.total} steps"),
-            TextColumn("{task.fields[status]}"),
-            TimeElapsedColumn(),
-            console=err_console,
-            disable=json_out,
-        ) as progress:
+        with step_progress(disable=json_out) as progress:
             task = progress.add_task(
                 f"{config.strategy} on {config.data.describe()}", total=None, status=""
             )

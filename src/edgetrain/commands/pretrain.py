@@ -5,9 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import typer
-from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-from edgetrain.commands._output import err_console, print_json, print_table
+from edgetrain.commands._output import print_json, print_table, step_progress
 
 
 def register(app: typer.Typer) -> None:
@@ -59,15 +58,7 @@ def register(app: typer.Typer) -> None:
             test_fraction=test_fraction,
             limit=limit,
         )
-        with Progress(
-            TextColumn("[bold]{task.description}"),
-            BarColumn(),
-            TextColumn("{task.completed}/{task.total} steps"),
-            TextColumn("{task.fields[status]}"),
-            TimeElapsedColumn(),
-            console=err_console,
-            disable=json_out,
-        ) as progress:
+        with step_progress(disable=json_out) as progress:
             task = progress.add_task(f"pretrain {model} on {ref.describe()}", total=None, status="")
             result = pretrain(
                 model,
