@@ -62,7 +62,7 @@ def main(argv: list[str] | None = None) -> None:
     try:
         app(args=argv, prog_name="edgetrain")
     except EdgetrainError as exc:
-        Console(stderr=True).print(f"[bold red]error:[/] {exc}", highlight=False)
+        Console(stderr=True, soft_wrap=True).print(f"[bold red]error:[/] {exc}", highlight=False)
         sys.exit(2)
 
 
