@@ -26,6 +26,7 @@ COMMAND_MODULES = [
     "edgetrain.commands.finetune",  # edgetrain finetune / --resume (few-shot transfer)
     "edgetrain.commands.budget",  # edgetrain budget (memory-budget training)
     "edgetrain.commands.chain",  # edgetrain chain (decentralized ChainSGD-reduce, MDLdroid)
+    "edgetrain.commands.federate",  # edgetrain federate (FedHybrid federated learning)
 ]
 
 app = typer.Typer(

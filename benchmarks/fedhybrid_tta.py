@@ -1,0 +1,158 @@
+"""FedHybrid Tables 3-4 and Fig. 17 on edgetrain's simulated fleet: time to accuracy.
+
+For each task and aggregator, every method runs on the identical fleet, partition and
+seed; the target is the best accuracy Random reaches; we print the speedup of each
+method's (simulated) time to that target over Random's, and its final accuracy, in the
+layout of Tables 3 and 4, then the Fig. 17 ablations, then the scale figure (wall seconds
+per round and peak RSS for 1 000 clients x 100 per round, in-process).
+
+    .venv/bin/python benchmarks/fedhybrid_tta.py            # the full run (long)
+    .venv/bin/python benchmarks/fedhybrid_tta.py --quick    # tiny scale (a test runs it)
+
+Training is real (LeNet-1D over MNIST-5k rows as a proxy, so the 2-core CPU can afford
+it); plans, M_G and the clock model the phone workload: MobileNetV2 plans (profiled and
+planned by edgetrain.engine.budget), MobileNetV2's 0.3 G multiply-adds per 224 px image
+(Sandler et al. 2018, Table 6: 300 M MAdds -> 0.6 GFLOPs) and 3.4 M float32 parameters
+(13.6 MB) per transfer.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import sys
+import time
+
+from edgetrain.config import parse_config
+from edgetrain.federated import FederatedConfig, FederatedServer, build_environment, compare
+from edgetrain.federated.methods import COMPARE_METHODS
+
+PHONE_CLOCK = {"flops_per_sample": 6.0e8, "model_bytes": 1.36e7}
+PLAN_MODEL = {
+    "name": "mobilenetv2",
+    "options": {"width_mult": 0.25, "in_channels": 1, "input_size": 28},
+}
+QUICK_PLAN_MODEL = {
+    "name": "mobilenetv2",
+    "options": {"width_mult": 0.1, "in_channels": 1, "input_size": 16},
+}
+ABLATIONS = ("fedhybrid", "fedhybrid-noselector", "fedhybrid-nocompress", "fedhybrid-nopredictor")
+
+
+def task_config(quick: bool, aggregator: str, seed: int) -> FederatedConfig:
+    scale = (
+        {"clients": 12, "rounds": 3, "per_round": 4, "samples": 400, "steps": 1}
+        if quick
+        else {"clients": 100, "rounds": 40, "per_round": 10, "samples": 3000, "steps": 5}
+    )
+    d = {
+        "name": f"tta-{aggregator}",
+        "seed": seed,
+        "data": {"name": "mnist5k", "reshape": [28, 28], "max_samples": scale["samples"]},
+        "model": {"name": "lenet", "options": {"in_channels": 28, "length": 28, "num_classes": 10}},
+        "fleet": {"clients": scale["clients"]},
+        "partition": {"scheme": "dirichlet", "alpha": 0.1},
+        "federated": {
+            "rounds": scale["rounds"], "clients_per_round": scale["per_round"],
+            "local_steps": scale["steps"], "batch_size": 16, "lr": 0.05,
+            "aggregator": aggregator, "mu": 0.01, "yogi": {"eta": 0.01, "tau": 1e-3},
+        },
+        "memory": {"m_g": "share:0.4", "plan_batch": 2 if quick else 8,
+                   "bucket": 0.1 if quick else 0.05,
+                   "plan_model": QUICK_PLAN_MODEL if quick else PLAN_MODEL},
+        "clock": PHONE_CLOCK,
+    }  # fmt: skip
+    return parse_config(d, schema=FederatedConfig)
+
+
+def fmt_speed(r: dict) -> str:
+    sp = r.get("speedup_vs_random")
+    return "-" if sp is None else f"{sp:.2f}x"
+
+
+def scale_figure(quick: bool) -> dict:
+    """Wall seconds per round and peak RSS for N clients x K per round (in-process)."""
+    n, k, rounds = (200, 20, 2) if quick else (1000, 100, 3)
+    cfg = parse_config(
+        {
+            "name": "scale",
+            "data": {"name": "mnist5k", "reshape": [28, 28]},
+            "fleet": {"clients": n},
+            "federated": {
+                "rounds": rounds,
+                "clients_per_round": k,
+                "local_steps": 5,
+                "batch_size": 16,
+                "method": "fedhybrid",
+            },
+            "memory": {"plan_model": PLAN_MODEL, "plan_batch": 4},
+            "clock": PHONE_CLOCK,
+        },  # fmt: skip
+        schema=FederatedConfig,
+    )
+    env = build_environment(cfg)
+    server = FederatedServer(env)
+    walls = [server.run_round()["wall_s"] for _ in range(rounds)]
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    return {"clients": n, "per_round": k, "wall_s_per_round": sum(walls) / len(walls),
+            "peak_rss_mb": rss / 2**20}  # fmt: skip
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="tiny scale (seconds, for tests)")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--aggregators", default="fedprox,fedyogi")
+    ap.add_argument("--json", action="store_true", help="print one JSON object only")
+    ap.add_argument("--no-scale", action="store_true", help="skip the scale figure")
+    ap.add_argument(
+        "--extend", type=float, default=3.0,
+        help="a method below the target runs on up to EXTEND x rounds (within Random's time)",
+    )  # fmt: skip
+    args = ap.parse_args(argv)
+    out: dict = {"tables": {}, "ablations": {}}
+    t0 = time.perf_counter()
+    for agg in args.aggregators.split(","):
+        cfg = task_config(args.quick, agg, args.seed)
+        env = build_environment(cfg)
+        rows, recs = compare(cfg, COMPARE_METHODS, env=env, extend_factor=args.extend)
+        out["tables"][agg] = rows
+        if agg == "fedprox":
+            done = {r["method"]: (recs[r["method"]], r["wall_s"]) for r in rows if "wall_s" in r}
+            abl, _ = compare(
+                cfg, ("random",) + ABLATIONS, env=env, cached=done, extend_factor=args.extend
+            )
+            out["ablations"][agg] = abl
+    if not args.no_scale:
+        out["scale"] = scale_figure(args.quick)
+    out["wall_s"] = time.perf_counter() - t0
+    if args.json:
+        print(json.dumps(out))
+        return 0
+    for agg, rows in out["tables"].items():
+        print(f"\nTable 3/4 layout -- MNIST-5k (LeNet proxy, MobileNetV2 plans/clock), +{agg}")
+        print(f"{'method':<18}{'speedup':>10}{'final acc':>11}{'best acc':>10}{'TTA (h)':>10}")
+        for r in rows:
+            if "skipped" in r:
+                print(f"{r['method']:<18}{'skipped: ' + r['skipped'][:50]}")
+                continue
+            tta = r["time_to_target_s"]
+            print(f"{r['method']:<18}{fmt_speed(r):>10}{100 * r['final_accuracy']:>10.2f}%"
+                  f"{100 * r['best_accuracy']:>9.2f}%"
+                  f"{'-' if tta is None else f'{tta / 3600:.2f}':>10}")  # fmt: skip
+        print(f"target = Random's best accuracy {100 * rows[0]['target_accuracy']:.2f}%")
+    for agg, rows in out["ablations"].items():
+        print(f"\nFig. 17 ablations (+{agg}): speedup vs Random")
+        for r in rows:
+            print(f"  {r['method']:<24}{fmt_speed(r):>10}  final {100 * r['final_accuracy']:.2f}%")
+    if "scale" in out:
+        s = out["scale"]
+        print(f"\nscale: {s['clients']} clients x {s['per_round']} per round in-process: "
+              f"{s['wall_s_per_round']:.1f} wall s/round, peak RSS {s['peak_rss_mb']:.0f} MB")  # fmt: skip
+    print(f"\ntotal wall {out['wall_s']:.0f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,116 @@
+"""``edgetrain federate CONFIG.yaml``: a federated run (or ``--compare`` of all methods)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from edgetrain.config import load_config
+from edgetrain.errors import ConfigError
+from edgetrain.federated.api import compare, run_federated
+from edgetrain.federated.config import FederatedConfig
+from edgetrain.federated.methods import COMPARE_METHODS, METHODS
+from edgetrain.federated.report import write_report
+from edgetrain.federated.server import summarize
+from edgetrain.runs import RunDir
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("federate")
+    def federate(
+        config: Path = typer.Argument(..., help="YAML config (see examples/federated-*.yaml)."),
+        selector: Optional[str] = typer.Option(  # noqa: UP045 (typer needs Optional)
+            None, "--selector", "--method", help=f"Method: {', '.join(METHODS)}."
+        ),
+        aggregator: Optional[str] = typer.Option(  # noqa: UP045
+            None, "--aggregator", help="fedavg, fedprox or fedyogi."
+        ),
+        executor: Optional[str] = typer.Option(  # noqa: UP045
+            None, "--executor", help="inprocess (default) or ray."
+        ),
+        rounds: Optional[int] = typer.Option(None, "--rounds", min=1),  # noqa: UP045
+        do_compare: bool = typer.Option(
+            False, "--compare", help="Run every method on the identical fleet, partition, seed."
+        ),
+        resume: bool = typer.Option(False, "--resume", help="Continue the run directory."),
+        output_root: Optional[Path] = typer.Option(None, "--output-root"),  # noqa: UP045
+        as_json: bool = typer.Option(False, "--json", help="Print JSON only."),
+    ) -> None:
+        """Federated learning on a simulated memory-limited fleet (FedHybrid)."""
+        cfg = load_config(config, schema=FederatedConfig)
+        if executor not in (None, "inprocess", "ray"):
+            raise ConfigError(f"--executor {executor!r}; accepted: inprocess, ray")
+        if selector is not None and selector not in METHODS:
+            raise ConfigError(f"--selector {selector!r}; accepted: {', '.join(METHODS)}")
+        if aggregator is not None and aggregator not in ("fedavg", "fedprox", "fedyogi"):
+            raise ConfigError(f"--aggregator {aggregator!r}; accepted: fedavg, fedprox, fedyogi")
+        root = output_root or Path(cfg.output_root)
+        console = Console(quiet=as_json)
+        if do_compare:
+            if resume:
+                raise ConfigError("--resume continues a single-method run; drop --compare")
+            rd = RunDir.unique(f"{cfg.name}-compare", root)
+            rows, recs = compare(
+                cfg, COMPARE_METHODS, aggregator=aggregator, rounds=rounds, root=rd.path
+            )
+            rd.write_config(cfg.model_dump())
+            rd.write_json("summary.json", rows)
+            write_report(rd.path / "report.html", f"{cfg.name}: method comparison", recs, rows)
+            out = [
+                {k: r.get(k) for k in ("method", "final_accuracy", "time_to_target_s",
+                                       "speedup_vs_random", "rounds", "wall_s", "skipped")
+                 if k in r}
+                for r in rows
+            ]  # fmt: skip
+            if as_json:
+                typer.echo(json.dumps(out))
+                return
+            table = Table(title=f"{cfg.name}: time to Random's best accuracy (simulated)")
+            for c in ("method", "final acc", "time to target (s)", "speedup", "rounds", "wall s"):
+                table.add_column(c)
+            for r in out:
+                if "skipped" in r:
+                    table.add_row(r["method"], "skipped", r["skipped"][:40], "", "", "")
+                    continue
+                tta, sp = r["time_to_target_s"], r["speedup_vs_random"]
+                table.add_row(
+                    r["method"], f"{r['final_accuracy']:.4f}",
+                    "-" if tta is None else f"{tta:.1f}", "-" if sp is None else f"{sp:.2f}x",
+                    str(r["rounds"]), f"{r['wall_s']:.1f}",
+                )  # fmt: skip
+            console.print(table)
+            console.print(f"run directory: {rd.path}")
+            return
+        method = selector or cfg.federated.method
+        if resume:
+            rd = RunDir.create(cfg.name, root, exist_ok=True)
+        else:
+            rd = RunDir.unique(cfg.name, root)
+        rd.write_config(cfg.model_dump())
+        server, recs = run_federated(
+            cfg, method=method, aggregator=aggregator, rounds=rounds, run_dir=rd, resume=resume,
+            executor=executor,
+        )  # fmt: skip
+        s = summarize(recs, None)
+        write_report(rd.path / "report.html", f"{cfg.name}: {method}", {method: recs})
+        result = {"method": method, "aggregator": server.aggregator_name, **s,
+                  "run_dir": str(rd.path)}  # fmt: skip
+        if as_json:
+            typer.echo(json.dumps(result))
+            return
+        table = Table(title=f"{cfg.name}: {method} + {server.aggregator_name}")
+        for c in ("round", "sim time (s)", "accuracy", "loss", "aggregated"):
+            table.add_column(c)
+        for r in recs[-10:]:
+            acc = "-" if r["accuracy"] is None else f"{r['accuracy']:.4f}"
+            loss = "-" if r["loss"] is None else f"{r['loss']:.4f}"
+            table.add_row(
+                str(r["round"]), f"{r['sim_time_s']:.1f}", acc, loss, str(r["n_aggregated"])
+            )
+        console.print(table)
+        console.print(f"run directory: {rd.path}")

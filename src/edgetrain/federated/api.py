@@ -1,0 +1,123 @@
+"""One call per use: run one method into a run directory, or compare methods.
+
+``compare`` builds the environment once, so every method sees the identical fleet,
+partition and seed; the target accuracy is the best accuracy Random reaches (FedHybrid
+Table 3), and each method's ``time_to_target_s`` is the simulated time it first reaches it.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from edgetrain.errors import ConfigError
+from edgetrain.federated.config import FederatedConfig
+from edgetrain.federated.environment import Environment, build_environment
+from edgetrain.federated.methods import COMPARE_METHODS
+from edgetrain.federated.server import FederatedServer, summarize
+from edgetrain.runs import RunDir
+
+
+def run_federated(
+    cfg: FederatedConfig,
+    *,
+    method: str | None = None,
+    aggregator: str | None = None,
+    rounds: int | None = None,
+    run_dir: RunDir | None = None,
+    resume: bool = False,
+    env: Environment | None = None,
+    executor: str | None = None,
+) -> tuple[FederatedServer, list[dict[str, Any]]]:
+    """Run (or resume) one method; returns the server and its per-round records."""
+    env = env or build_environment(cfg)
+    server = FederatedServer(env, method, aggregator, run_dir=run_dir, executor=executor)
+    if resume:
+        server.resume()
+    records = server.run(rounds or cfg.federated.rounds)
+    return server, records
+
+
+def compare(
+    cfg: FederatedConfig,
+    methods: Sequence[str] = COMPARE_METHODS,
+    *,
+    aggregator: str | None = None,
+    rounds: int | None = None,
+    root: Path | None = None,
+    env: Environment | None = None,
+    extend_factor: float = 3.0,
+    executor: str | None = None,
+    cached: dict[str, tuple[list[dict[str, Any]], float]] | None = None,
+) -> tuple[list[dict[str, Any]], dict[str, list[dict[str, Any]]]]:
+    """Run every method on the same environment; one summary row per method.
+
+    Random runs ``rounds`` rounds and sets the target (its best accuracy). A method whose
+    rounds are shorter may not have reached the target when its ``rounds`` are done; it
+    then keeps going while it is below the target and its simulated time is below
+    Random's total, up to ``extend_factor x rounds`` rounds (so time-to-accuracy compares
+    equal simulated time, not equal round counts). ``cached`` maps a method to records and
+    wall seconds from an earlier call on the same environment (not re-run).
+    """
+    if "random" not in methods:
+        raise ConfigError("compare needs 'random' among the methods (it sets the target)")
+    env = env or build_environment(cfg)
+    n_rounds = rounds or cfg.federated.rounds
+    order = ["random"] + [m for m in methods if m != "random"]
+    records: dict[str, list[dict[str, Any]]] = {}
+    walls: dict[str, float] = {}
+    skipped: dict[str, str] = {}
+    target = horizon = None
+    for m in order:
+        if cached and m in cached:
+            records[m], walls[m] = cached[m]
+        else:
+            rd = None
+            if root is not None:
+                rd = RunDir.create(m.replace("+", "_"), root, exist_ok=True)
+            t0 = time.perf_counter()
+            try:
+                server = FederatedServer(env, m, aggregator, run_dir=rd, executor=executor)
+            except ConfigError as exc:  # e.g. heterofl on a model without width_mult
+                if m == "random":
+                    raise
+                skipped[m] = str(exc)
+                continue
+            recs = server.run(n_rounds)
+            if m != "random" and target is not None:
+                cap = int(extend_factor * n_rounds)
+                while (
+                    server.round < cap
+                    and (summarize(recs, None)["best_accuracy"] or 0.0) < target
+                    and server.sim_time < horizon
+                ):
+                    server.run_round()
+            walls[m] = time.perf_counter() - t0
+            records[m] = recs
+        if m == "random":
+            target = summarize(records["random"], None)["best_accuracy"]
+            horizon = records["random"][-1]["sim_time_s"]
+    rows = []
+    base = summarize(records["random"], target)["time_to_target_s"]
+    for m in order:
+        if m in skipped:
+            rows.append({"method": m, "skipped": skipped[m]})
+            continue
+        s = summarize(records[m], target)
+        tta = s["time_to_target_s"]
+        rows.append(
+            {
+                "method": m,
+                "final_accuracy": s["final_accuracy"],
+                "best_accuracy": s["best_accuracy"],
+                "target_accuracy": target,
+                "time_to_target_s": tta,
+                "speedup_vs_random": (base / tta) if (tta and base) else None,
+                "rounds": s["rounds"],
+                "sim_time_s": s["sim_time_s"],
+                "wall_s": walls[m],
+            }
+        )
+    return rows, records

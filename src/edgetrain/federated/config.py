@@ -1,0 +1,132 @@
+"""The ``edgetrain federate`` config schema (YAML), validated by pydantic.
+
+Every field has a default, so ``{}`` is a valid (tiny) run. Memory figures:
+
+* ``memory.m_g``: M_G, the model's unplanned training memory on a phone. Either a size
+  (``"6GB"``, ``"5.5GiB"``) or ``"share:P"``: the P-quantile of the fleet's predicted
+  budgets, i.e. the model does not fit on a share P of the fleet. FedHybrid §2.1 reports
+  that Oort-Practical excludes over 40% of clients for MobileNetV2 and over 70% for BERT;
+  the defaults per model (``DEFAULT_M_G_SHARE``) use those shares.
+* ``clock.flops_per_sample`` / ``clock.model_bytes``: the costs the simulated clock
+  charges (defaults: the trained model's forward FLOPs and float32 size). Examples set
+  paper-scale values so a small proxy model can stand in for the phone workload.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from edgetrain.federated.methods import METHODS
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+# FedHybrid §2.1: Oort-Practical "excludes over 40% and 70% of clients for MobileNet and Bert
+# training"; other models default to the MobileNet share.
+DEFAULT_M_G_SHARE = {
+    "mobilenetv2": 0.4,
+    "shufflenetv2": 0.4,
+    "bert-small": 0.7,
+    "albert-small": 0.7,
+}
+
+
+class ModelSection(_Strict):
+    name: str = "lenet"
+    options: dict[str, Any] = Field(
+        default_factory=lambda: {"in_channels": 28, "length": 28, "num_classes": 10}
+    )
+
+
+class DataSection(_Strict):
+    name: str = "mnist5k"
+    options: dict[str, Any] = Field(default_factory=dict)
+    test_fraction: float = Field(0.2, gt=0.0, lt=1.0)
+    # reshape each sample (MNIST 1x28x28 -> 28x28, rows as channels, for the 1-D LeNet)
+    reshape: list[int] | None = Field(default_factory=lambda: [28, 28])
+    max_samples: int | None = Field(None, ge=10)
+
+
+class FleetSection(_Strict):
+    clients: int = Field(20, ge=1, le=100_000)
+    memory_mix: dict[float, float] | None = None  # GB -> share; default FedHybrid §2.1
+    compute_spread: float = Field(0.35, ge=0.0)
+
+
+class PartitionSection(_Strict):
+    scheme: Literal["dirichlet", "iid"] = "dirichlet"
+    alpha: float = Field(0.1, gt=0.0)  # FedHybrid §5.2: Dirichlet alpha = 0.1
+
+
+class YogiSection(_Strict):
+    eta: float = Field(3e-3, gt=0.0)
+    tau: float = Field(1e-8, gt=0.0)
+    beta1: float = Field(0.9, ge=0.0, lt=1.0)
+    beta2: float = Field(0.99, ge=0.0, lt=1.0)
+
+
+class FederatedSection(_Strict):
+    rounds: int = Field(5, ge=1, le=100_000)
+    clients_per_round: int = Field(5, ge=1)
+    local_steps: int = Field(5, ge=1)
+    batch_size: int = Field(16, ge=1)
+    lr: float = Field(0.05, gt=0.0, le=10.0)
+    method: str = "fedhybrid"
+    aggregator: Literal["fedavg", "fedprox", "fedyogi"] = "fedavg"
+    mu: float = Field(0.1, ge=0.0)  # FedProx; FedScale's proxy_mu default
+    yogi: YogiSection = Field(default_factory=YogiSection)
+    deadline_s: float | None = Field(None, gt=0.0)
+    dropout: float = Field(0.0, ge=0.0, lt=1.0)
+    eval_every: int = Field(1, ge=1)
+    executor: Literal["inprocess", "ray"] = "inprocess"
+    ray_actors: int = Field(2, ge=1, le=256)
+    epsilon: float = Field(0.9, gt=0.0, le=1.0)  # FedHybrid §5.2
+
+    @field_validator("method")
+    @classmethod
+    def _method(cls, v: str) -> str:
+        if v not in METHODS:
+            raise ValueError(f"must be one of {', '.join(METHODS)}")
+        return v
+
+
+class MemorySection(_Strict):
+    m_g: str | None = None  # "6GB" | "share:0.4" | None (model default share)
+    # the model whose execution plans the server makes (default: the trained model). A
+    # small proxy can be trained for real while plans (overhead factors) come from the
+    # phone workload's model, e.g. LeNet trained, MobileNetV2 planned.
+    plan_model: ModelSection | None = None
+    plan_batch: int = Field(8, ge=1)  # batch the model is profiled at for planning
+    bucket: float = Field(0.05, gt=0.0, le=0.5)
+    cluster: bool = True
+
+
+class ClockSection(_Strict):
+    flops_per_sample: float | None = Field(None, gt=0.0)
+    model_bytes: float | None = Field(None, gt=0.0)
+
+
+class FederatedConfig(_Strict):
+    """A federated run (``edgetrain federate``)."""
+
+    name: str = "federated"
+    seed: int = Field(0, ge=0)
+    output_root: str = "runs"
+    model: ModelSection = Field(default_factory=ModelSection)
+    data: DataSection = Field(default_factory=DataSection)
+    fleet: FleetSection = Field(default_factory=FleetSection)
+    partition: PartitionSection = Field(default_factory=PartitionSection)
+    federated: FederatedSection = Field(default_factory=FederatedSection)
+    memory: MemorySection = Field(default_factory=MemorySection)
+    clock: ClockSection = Field(default_factory=ClockSection)
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: str) -> str:
+        if not v or len(v) > 128 or not all(c.isalnum() or c in "._-" for c in v):
+            raise ValueError("use 1-128 letters, digits, '.', '_' or '-'")
+        return v

@@ -1,0 +1,147 @@
+"""Everything a federated run holds fixed: data, partitions, fleet, memory figures, costs.
+
+Built once from a :class:`FederatedConfig` (and shared by every method of ``--compare``,
+so all methods see the identical fleet, partition and seed). Client state is plain data:
+a partition index array and a device profile per client (a few KB each).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from edgetrain import data as data_mod
+from edgetrain import models
+from edgetrain.data import Dataset, partition_dirichlet, partition_iid
+from edgetrain.devices import FEDHYBRID_MEMORY_MIX, DeviceProfile, generate_fleet
+from edgetrain.errors import ConfigError
+from edgetrain.federated.config import DEFAULT_M_G_SHARE, FederatedConfig
+from edgetrain.sim.clock import TRAIN_FLOPS_PER_FORWARD, client_cost
+from edgetrain.sim.memory import MemoryModel
+
+_SIZE = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*(gb|gib|mb|mib)\s*$", re.I)
+_UNIT = {"gb": 1e9, "gib": 2**30, "mb": 1e6, "mib": 2**20}
+
+
+def parse_m_g(text: str, budgets: np.ndarray) -> float:
+    """``"6GB"`` -> bytes; ``"share:0.4"`` -> the 0.4-quantile of ``budgets``."""
+    s = text.strip().lower()
+    if s.startswith("share:"):
+        try:
+            q = float(s[6:])
+        except ValueError:
+            q = -1.0
+        if not 0.0 < q < 1.0:
+            raise ConfigError(f"memory.m_g {text!r}: the share must be in (0, 1), e.g. share:0.4")
+        return float(np.quantile(budgets, q))
+    m = _SIZE.match(s)
+    if not m:
+        raise ConfigError(
+            f"memory.m_g {text!r} not understood; give a size like 6GB / 5.5GiB / 800MB or "
+            "share:P (the model does not fit on a share P of the fleet)"
+        )
+    return float(m.group(1)) * _UNIT[m.group(2)]
+
+
+@dataclass
+class Environment:
+    config: FederatedConfig
+    train: Dataset
+    test: Dataset
+    parts: list[np.ndarray]
+    fleet: list[DeviceProfile]
+    memory: MemoryModel
+    m_g: float
+    budgets: np.ndarray  # predicted budget per client (bytes)
+    hard_limits: np.ndarray
+    flops_per_sample: float
+    model_bytes: float
+    n_samples: np.ndarray = field(init=False)
+    plan_service: Any = None  # the PlanService shared by every server on this environment
+
+    def __post_init__(self) -> None:
+        self.n_samples = np.array([len(p) for p in self.parts], dtype=np.int64)
+
+    def build_model(self, **overrides) -> nn.Module:
+        cfg = self.config.model
+        opts = {**cfg.options, **overrides}
+        return models.build(cfg.name, seed=self.config.seed, **opts)
+
+    def memory_class(self, cid: int) -> str:
+        return f"{self.fleet[cid].memory_gb:g}GB"
+
+    def step_time_s(self) -> np.ndarray:
+        """Per-step operator time on each device (eq. 3's denominator)."""
+        b = self.config.federated.batch_size
+        flops = np.array([p.compute_flops for p in self.fleet])
+        return b * self.flops_per_sample * TRAIN_FLOPS_PER_FORWARD / flops
+
+    def est_duration_s(self) -> np.ndarray:
+        """Round time from the profile alone (no memory effects): Oort's system view."""
+        f = self.config.federated
+        return np.array(
+            [
+                client_cost(
+                    p,
+                    samples=f.local_steps * f.batch_size,
+                    flops_per_sample=self.flops_per_sample,
+                    model_bytes=self.model_bytes,
+                ).total_s
+                for p in self.fleet
+            ]
+        )
+
+
+def build_environment(cfg: FederatedConfig) -> Environment:
+    ds = data_mod.load(cfg.data.name, **cfg.data.options)
+    if cfg.data.max_samples is not None and cfg.data.max_samples < len(ds):
+        idx = np.random.default_rng(cfg.seed).permutation(len(ds))[: cfg.data.max_samples]
+        ds = ds.subset(np.sort(idx))
+    if cfg.data.reshape is not None:
+        shape = tuple(cfg.data.reshape)
+        if int(np.prod(shape)) != int(np.prod(ds.input_shape)):
+            raise ConfigError(
+                f"data.reshape {list(shape)} has {int(np.prod(shape))} values per sample; "
+                f"{cfg.data.name} samples have shape {list(ds.input_shape)}"
+            )
+        from dataclasses import replace
+
+        ds = replace(ds, x=ds.x.reshape(len(ds), *shape))
+    train, test = ds.train_test_split(cfg.data.test_fraction, seed=cfg.seed)
+    n = cfg.fleet.clients
+    if n > len(train):
+        raise ConfigError(f"fleet.clients={n} exceeds the {len(train)} training samples")
+    y = train.y.numpy()
+    if cfg.partition.scheme == "dirichlet":
+        parts = partition_dirichlet(y, n, cfg.partition.alpha, seed=cfg.seed, min_size=1)
+    else:
+        parts = partition_iid(len(train), n, seed=cfg.seed)
+    mix = cfg.fleet.memory_mix or FEDHYBRID_MEMORY_MIX
+    fleet = generate_fleet(n, cfg.seed, memory_mix=mix, compute_spread=cfg.fleet.compute_spread)
+    mem = MemoryModel()
+    budgets = np.array(
+        [mem.user_budget(p, np.random.default_rng([cfg.seed, i, 11])) for i, p in enumerate(fleet)]
+    )
+    limits = np.array([mem.hard_limit(p) for p in fleet])
+    m_g_text = cfg.memory.m_g or f"share:{DEFAULT_M_G_SHARE.get(cfg.model.name, 0.4)}"
+    m_g = parse_m_g(m_g_text, budgets)
+    probe = models.build(cfg.model.name, seed=cfg.seed, **cfg.model.options)
+    if tuple(probe.input_shape) != tuple(train.input_shape):
+        raise ConfigError(
+            f"model {cfg.model.name} expects samples of shape {list(probe.input_shape)}, data "
+            f"{cfg.data.name} gives {list(train.input_shape)}; set model.options or data.reshape"
+        )
+    flops = cfg.clock.flops_per_sample or float(models.flops_forward(probe))
+    nbytes = cfg.clock.model_bytes or float(
+        sum(t.numel() * t.element_size() for t in probe.state_dict().values())
+    )
+    return Environment(cfg, train, test, parts, fleet, mem, m_g, budgets, limits, flops, nbytes)
+
+
+def as_tensor_index(idx: np.ndarray) -> torch.Tensor:
+    return torch.as_tensor(idx, dtype=torch.long)

@@ -1,0 +1,238 @@
+"""Server-side execution plans: k-means clusters of clients, one plan per cluster, a cache.
+
+FedHybrid §4.3 / §5.5 (Fig. 20(b)): the server makes each selected client's execution
+plan. Planning every client separately costs one planner run per client; instead the
+server clusters the selected clients by (memory budget, compute) with k-means
+(scikit-learn), plans once per cluster *for its weakest member* (the smallest budget, so
+the plan fits every member) and caches plans keyed by
+``(model, strategy, budget bucket, device class)``. Budgets are expressed as the fraction
+``M_i / M_G`` of the model's unplanned training memory and floored to a bucket of width
+``bucket`` (0.05 by default: a plan never assumes more memory than the client has).
+
+The model is profiled once per strategy (:func:`edgetrain.engine.budget.profile_model`
+on this CPU); a plan for fraction ``f`` is :func:`edgetrain.engine.budget.plan` with
+``f x`` the profiled unplanned saved-activation peak. Its time overhead factor,
+``1 + predicted_overhead_s / (3 x forward time)``, is what enters the simulated clock.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from edgetrain.engine.budget import ExecutionPlan, ModelProfile, plan, profile_model
+from edgetrain.engine.budget.runner import codecs_for
+from edgetrain.errors import BudgetError, ConfigError
+from edgetrain.sim.clock import TRAIN_FLOPS_PER_FORWARD
+
+STRATEGIES = ("hybrid", "recompute", "compress", "swap")
+
+
+@dataclass(frozen=True)
+class PlanOutcome:
+    """What a client receives: whether a plan fits, its time factor and decisions."""
+
+    strategy: str
+    fraction: float  # the bucketed M_i / M_G the plan was made for
+    feasible: bool
+    overhead_factor: float
+    decisions: dict[str, int] = field(default_factory=dict)
+    plan_json: dict[str, Any] | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "strategy": self.strategy,
+            "fraction": self.fraction,
+            "feasible": self.feasible,
+            "overhead_factor": self.overhead_factor,
+            "decisions": dict(self.decisions),
+        }
+
+
+def bucket_of(fraction: float, width: float) -> float:
+    """Floor ``fraction`` to the bucket grid (rounded to kill float noise)."""
+    return round(math.floor(fraction / width + 1e-9) * width, 6)
+
+
+class PlanService:
+    """Profiles a model once per strategy and hands out (cached) per-client plans."""
+
+    def __init__(
+        self,
+        model: nn.Module,
+        inputs: torch.Tensor,
+        targets: torch.Tensor,
+        model_key: str,
+        *,
+        bucket: float = 0.05,
+        max_units: int = 12,
+        repeats: int = 2,
+    ) -> None:
+        if not 0 < bucket <= 0.5:
+            raise ConfigError(f"plan bucket {bucket}; expected a fraction in (0, 0.5]")
+        self.model, self.inputs, self.targets = model, inputs, targets
+        self.model_key, self.bucket = model_key, bucket
+        self.max_units, self.repeats = max_units, repeats
+        self._profiles: dict[str, ModelProfile] = {}
+        self.cache: dict[tuple[str, str, float, str], PlanOutcome] = {}
+        self.table: dict[tuple[str, float], PlanOutcome] = {}
+        self.planner_calls = 0
+        self.cache_hits = 0
+        self.profile_s = 0.0
+        self.plan_s = 0.0
+
+    # -- profiling and planning -----------------------------------------------------------
+    def profile(self, strategy: str) -> ModelProfile:
+        if strategy not in STRATEGIES:
+            raise ConfigError(f"plan strategy {strategy!r}; expected one of {STRATEGIES}")
+        if strategy not in self._profiles:
+            t0 = time.perf_counter()
+            y = self.targets
+
+            def loss_fn(out: torch.Tensor) -> torch.Tensor:
+                return nn.functional.cross_entropy(out, y)
+
+            was = self.model.training
+            self.model.train()
+            self._profiles[strategy] = profile_model(
+                self.model,
+                [self.inputs],
+                loss_fn,
+                codecs=codecs_for(strategy),
+                max_units=self.max_units,
+                repeats=self.repeats,
+            )
+            self.model.train(was)
+            self.profile_s += time.perf_counter() - t0
+        return self._profiles[strategy]
+
+    def make_plan(self, strategy: str, fraction: float) -> PlanOutcome:
+        """Run the planner for ``fraction`` of the unplanned peak (no cache)."""
+        prof = self.profile(strategy)
+        if fraction >= 1.0:
+            return PlanOutcome(strategy, 1.0, True, 1.0, {"keep": len(prof.units)})
+        t0 = time.perf_counter()
+        self.planner_calls += 1
+        unplanned = _unplanned_peak(prof)
+        try:
+            p: ExecutionPlan = plan(prof, max(1, int(fraction * unplanned)), strategy)
+        except BudgetError:
+            self.plan_s += time.perf_counter() - t0
+            return PlanOutcome(strategy, fraction, False, 1.0)
+        self.plan_s += time.perf_counter() - t0
+        step_s = TRAIN_FLOPS_PER_FORWARD * max(sum(prof.item_s), 1e-9)
+        factor = 1.0 + p.predicted_overhead_s / step_s
+        return PlanOutcome(
+            strategy, fraction, True, float(factor), p.decision_counts(), p.to_json()
+        )
+
+    def outcome(self, strategy: str, bucket: float) -> PlanOutcome:
+        """The (memoised) planner result for a bucketed fraction."""
+        key = (strategy, round(bucket, 6))
+        if key not in self.table:
+            self.table[key] = self.make_plan(strategy, bucket)
+        return self.table[key]
+
+    def precompute(self, strategy: str) -> None:
+        """Plan every bucket below 1 once (so a run's plans are fixed from its start)."""
+        n = int(round(1.0 / self.bucket))
+        for j in range(1, n):
+            self.outcome(strategy, round(j * self.bucket, 6))
+
+    def plan_for(self, strategy: str, fraction: float, device_class: str) -> PlanOutcome:
+        """Cached plan for a client with budget ``fraction`` of M_G in ``device_class``."""
+        b = min(bucket_of(fraction, self.bucket), 1.0)
+        if b <= 0:
+            return PlanOutcome(strategy, 0.0, False, 1.0)
+        key = (self.model_key, strategy, b, device_class)
+        hit = self.cache.get(key)
+        if hit is not None:
+            self.cache_hits += 1
+            return hit
+        out = self.outcome(strategy, b) if b < 1.0 else PlanOutcome(strategy, 1.0, True, 1.0)
+        self.cache[key] = out
+        return out
+
+    def to_json(self) -> list[dict[str, Any]]:
+        """The planner results (no plan bodies), for ``plans.json`` in a run directory."""
+        return [o.to_dict() for _, o in sorted(self.table.items())]
+
+    def load_json(self, rows: list[dict[str, Any]]) -> None:
+        for r in rows:
+            o = PlanOutcome(
+                r["strategy"], float(r["fraction"]), bool(r["feasible"]),
+                float(r["overhead_factor"]), dict(r.get("decisions") or {}),
+            )  # fmt: skip
+            self.table[(o.strategy, round(o.fraction, 6))] = o
+
+    # -- the server's per-round service ----------------------------------------------------
+    def plans_for_clients(
+        self,
+        strategy: str,
+        fractions: Sequence[float],
+        compute: Sequence[float],
+        device_classes: Sequence[str],
+        *,
+        cluster: bool = True,
+        n_clusters: int | None = None,
+        seed: int = 0,
+    ) -> list[PlanOutcome]:
+        """One plan per client; with ``cluster`` (k-means + weakest member + cache)."""
+        n = len(fractions)
+        if n == 0:
+            return []
+        if not cluster:
+            return [self.make_plan(strategy, min(float(f), 1.0)) for f in fractions]
+        labels = kmeans_labels(fractions, compute, n_clusters, seed)
+        out: list[PlanOutcome | None] = [None] * n
+        for c in np.unique(labels):
+            members = np.flatnonzero(labels == c)
+            weakest = min(float(fractions[i]) for i in members)
+            # one plan per (cluster, device class) so the cache key stays meaningful
+            for dc in sorted({device_classes[i] for i in members}):
+                p = self.plan_for(strategy, weakest, dc)
+                for i in members:
+                    if device_classes[i] == dc:
+                        out[i] = p
+        return [o for o in out if o is not None]
+
+
+def _unplanned_peak(prof: ModelProfile) -> int:
+    from edgetrain.engine.budget.planner import simulate
+
+    return int(simulate(prof, {}).max(initial=0))
+
+
+def kmeans_labels(
+    fractions: Sequence[float],
+    compute: Sequence[float],
+    n_clusters: int | None = None,
+    seed: int = 0,
+) -> np.ndarray:
+    """k-means (scikit-learn) labels over standardised (budget fraction, log compute).
+
+    ``n_clusters`` defaults to ``ceil(sqrt(n / 2))`` (the rule-of-thumb k of Mardia et al.
+    1979, "Multivariate Analysis" §13.2), capped by the number of distinct points.
+    """
+    from sklearn.cluster import KMeans
+
+    x = np.column_stack(
+        [np.asarray(fractions, dtype=float), np.log(np.asarray(compute, dtype=float))]
+    )
+    n = len(x)
+    distinct = len({tuple(r) for r in np.round(x, 9)})
+    k = n_clusters or max(1, math.ceil(math.sqrt(n / 2)))
+    k = max(1, min(k, distinct))
+    if k == 1:
+        return np.zeros(n, dtype=int)
+    sd = x.std(axis=0)
+    sd[sd == 0] = 1.0
+    z = (x - x.mean(axis=0)) / sd
+    return KMeans(n_clusters=k, n_init=3, random_state=seed).fit_predict(z)

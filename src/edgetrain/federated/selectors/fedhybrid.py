@@ -1,0 +1,128 @@
+"""FedHybrid's memory-aware client selector (FedHybrid §4.2, eq. 1-4, MAB-UCB).
+
+* ``MemStat(i) = (M_i / M_G) ^ 1(M_G > M_i)`` (eq. 1): 1 when the model fits;
+* ``Stat(i) = sqrt(mean_k Loss(k)^2)`` over the client's training samples (eq. 2);
+* ``CompStat(i) = 1 / sum_o t_o`` (eq. 3): one over the device's per-step operator time;
+* ``Util(i) = Stat x MemStat x CompStat`` (eq. 4, with eq. 1's indicator).
+
+Selection (MAB-UCB, Chen et al. 2013): each client is an arm. Explored arms score
+``Util / max Util + sqrt(c ln t / n_i)`` (n_i = times it reported; c = 0.1, the
+temporal-uncertainty constant FedScale's Oort uses). The ``epsilon = 0.9`` share of the
+``k`` slots (FedHybrid §5.2 hyper-parameters) is exploited from the highest scores; the
+rest explores clients not selected before, drawn with probability proportional to their
+check-in system utility ``MemStat x CompStat`` ("prioritize those with rich system
+resources"). Without enough unexplored clients the remaining slots are exploited.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from edgetrain.federated.selectors.base import CheckIn, Feedback, Selector
+
+
+def mem_stat(m_i: np.ndarray | float, m_g: float) -> np.ndarray:
+    """Eq. 1: ``(M_i / M_G) ^ 1(M_G > M_i)``."""
+    m = np.asarray(m_i, dtype=float)
+    return np.where(m_g > m, m / m_g, 1.0)
+
+
+def comp_stat(step_time_s: np.ndarray | float) -> np.ndarray:
+    """Eq. 3: ``1 / sum_o t_o`` with the per-step operator time sum."""
+    return 1.0 / np.asarray(step_time_s, dtype=float)
+
+
+def stat_util(loss_sq_mean: np.ndarray | float) -> np.ndarray:
+    """Eq. 2: ``sqrt(1/|B| sum Loss^2)`` from the mean squared loss."""
+    return np.sqrt(np.asarray(loss_sq_mean, dtype=float))
+
+
+def utility(loss_sq_mean, m_i, m_g: float, step_time_s) -> np.ndarray:
+    """Eq. 4: Stat x MemStat x CompStat."""
+    return stat_util(loss_sq_mean) * mem_stat(m_i, m_g) * comp_stat(step_time_s)
+
+
+class FedHybridSelector(Selector):
+    name = "fedhybrid"
+
+    def __init__(self, seed: int = 0, epsilon: float = 0.9, ucb_c: float = 0.1) -> None:
+        super().__init__(seed)
+        self.epsilon = epsilon
+        self.ucb_c = ucb_c
+        self.loss_sq: dict[int, float] = {}  # last reported mean loss^2 per explored client
+        self.count: dict[int, int] = {}
+        self.selected_before: set[int] = set()
+
+    def update(self, round_idx: int, feedback: Sequence[Feedback]) -> None:
+        for f in feedback:
+            if f.success and math.isfinite(f.loss_sq_mean):
+                self.loss_sq[f.cid] = f.loss_sq_mean
+                self.count[f.cid] = self.count.get(f.cid, 0) + 1
+
+    def scores(self, round_idx: int, checkin: CheckIn) -> dict[int, float]:
+        """UCB scores of the explored clients."""
+        if not self.loss_sq:
+            return {}
+        ids = np.array(sorted(self.loss_sq))
+        u = utility(
+            np.array([self.loss_sq[i] for i in ids]),
+            checkin.memory_budget[ids],
+            checkin.m_g,
+            checkin.step_time_s[ids],
+        )
+        top = float(u.max()) if u.size and u.max() > 0 else 1.0
+        t = max(round_idx, 2)
+        bonus = np.sqrt(self.ucb_c * math.log(t) / np.array([self.count[i] for i in ids]))
+        return {int(i): float(s) for i, s in zip(ids, u / top + bonus, strict=True)}
+
+    def select(self, round_idx: int, checkin: CheckIn, k: int) -> list[int]:
+        n = len(checkin)
+        k = min(k, n)
+        scores = self.scores(round_idx, checkin)
+        n_exploit = min(int(round(self.epsilon * k)), len(scores))
+        ranked = sorted(scores, key=lambda c: (-scores[c], c))
+        picked = ranked[:n_exploit]
+        chosen = set(picked)
+        unexplored = np.array(
+            [i for i in range(n) if i not in self.selected_before and i not in chosen], dtype=int
+        )
+        n_explore = min(k - len(picked), len(unexplored))
+        if n_explore > 0:
+            sys_util = mem_stat(checkin.memory_budget[unexplored], checkin.m_g) * comp_stat(
+                checkin.step_time_s[unexplored]
+            )
+            p = sys_util / sys_util.sum()
+            draw = self.rng.choice(unexplored, size=n_explore, replace=False, p=p)
+            picked += [int(c) for c in draw]
+            chosen.update(int(c) for c in draw)
+        if len(picked) < k:  # every client explored: exploit further down the ranking
+            picked += [c for c in ranked if c not in chosen][: k - len(picked)]
+            chosen = set(picked)
+        if len(picked) < k:  # nothing reported yet from the rest: the system utility decides
+            rest = np.array([i for i in range(n) if i not in chosen], dtype=int)
+            sys_util = mem_stat(checkin.memory_budget[rest], checkin.m_g) * comp_stat(
+                checkin.step_time_s[rest]
+            )
+            p = sys_util / sys_util.sum()
+            picked += [int(c) for c in self.rng.choice(rest, k - len(picked), replace=False, p=p)]
+        self.selected_before.update(picked)
+        return sorted(picked)
+
+    def state_dict(self) -> dict[str, Any]:
+        d = super().state_dict()
+        d.update(
+            loss_sq={str(c): v for c, v in self.loss_sq.items()},
+            count={str(c): v for c, v in self.count.items()},
+            selected_before=sorted(self.selected_before),
+        )
+        return d
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        super().load_state_dict(state)
+        self.loss_sq = {int(c): float(v) for c, v in state["loss_sq"].items()}
+        self.count = {int(c): int(v) for c, v in state["count"].items()}
+        self.selected_before = set(state["selected_before"])

@@ -1,0 +1,13 @@
+"""Random selection (McMahan et al. 2017): ``k`` clients uniformly without replacement."""
+
+from __future__ import annotations
+
+from edgetrain.federated.selectors.base import CheckIn, Selector
+
+
+class RandomSelector(Selector):
+    name = "random"
+
+    def select(self, round_idx: int, checkin: CheckIn, k: int) -> list[int]:
+        k = min(k, len(checkin))
+        return sorted(int(i) for i in self.rng.choice(len(checkin), size=k, replace=False))

@@ -1,0 +1,109 @@
+"""The simulated clock: one client's round time and energy, from documented constants.
+
+``round time = download + compute + upload``:
+
+* compute = ``local_steps x batch x flops_per_sample x TRAIN_FLOPS_PER_FORWARD /
+  device.compute_flops x plan overhead x pressure factor``;
+* communication = model bytes x 8 / the device's link bandwidth, both directions
+  (:func:`edgetrain.devices.transfer_time_s`);
+* the plan overhead factor is the execution plan's predicted time over an unplanned
+  step (measured by :mod:`edgetrain.engine.budget`); 1 when the model fits;
+* the memory-pressure factor applies when a client trains over its budget *without* a
+  plan (:func:`pressure_factor`).
+
+Energy (FedHybrid Fig. 21) comes from the profile's power model
+(:func:`edgetrain.devices.energy_j`): computing time at ``power_compute_w``; of the
+page-reclaim penalty time only the running share draws compute power, the rest (the
+process in uninterruptible sleep waiting for I/O) draws idle power.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+from edgetrain.devices import DeviceProfile, energy_j, transfer_time_s
+from edgetrain.errors import ConfigError
+
+# Training FLOPs per sample = 3 x forward FLOPs (forward + backward ~ 2x forward):
+# Kaplan et al. 2020, "Scaling Laws for Neural Language Models", §2.1 (C ~ 6N per token
+# for training vs 2N forward).
+TRAIN_FLOPS_PER_FORWARD = 3.0
+
+# FedHybrid §2 / Fig. 2(a): MobileNetV2 at batch 16 runs equally fast on the S22 (8 GB) and
+# the OP10P (12 GB), at batch 32 the S22 is 6.1x slower. Doubling the batch roughly doubles
+# the activation footprint, so the calibration point is "demand = 2 x what fits"
+# (overflow r = (D - M) / M = 1) -> factor 6.1. Between r = 0 and 1 we interpolate
+# linearly; above r = 1 the factor stays at 6.1 (beyond it the LMK decides, see
+# edgetrain.sim.memory).
+PRESSURE_SLOWDOWN_CAL = 6.1
+PRESSURE_OVERFLOW_CAL = 1.0
+# FedHybrid Fig. 2(b): on the S22 under pressure the training process spends 56% of CPU
+# time in uninterruptible sleep, 40% running and 4% runnable -> 44% of the time at compute
+# power, 56% at idle power.
+PRESSURE_RUNNING_SHARE = 0.44
+
+
+def pressure_factor(demand_bytes: float, budget_bytes: float) -> float:
+    """Slow-down of training ``demand_bytes`` under page reclaim with ``budget_bytes`` free."""
+    if demand_bytes <= budget_bytes:
+        return 1.0
+    if budget_bytes <= 0:
+        return PRESSURE_SLOWDOWN_CAL
+    r = min((demand_bytes - budget_bytes) / budget_bytes, PRESSURE_OVERFLOW_CAL)
+    return 1.0 + (PRESSURE_SLOWDOWN_CAL - 1.0) * r / PRESSURE_OVERFLOW_CAL
+
+
+@dataclass(frozen=True)
+class ClientCost:
+    """Simulated seconds and joules of one client's round."""
+
+    download_s: float
+    compute_s: float  # including plan overhead and pressure penalty
+    upload_s: float
+    penalty_s: float  # the part of compute_s caused by page reclaim
+    energy_j: float
+
+    @property
+    def total_s(self) -> float:
+        return self.download_s + self.compute_s + self.upload_s
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["total_s"] = self.total_s
+        return d
+
+
+def client_cost(
+    device: DeviceProfile,
+    *,
+    samples: int,
+    flops_per_sample: float,
+    model_bytes: float,
+    overhead_factor: float = 1.0,
+    pressure: float = 1.0,
+    compute_scale: float = 1.0,
+) -> ClientCost:
+    """Round time and energy of ``device`` training ``samples`` samples (see module doc).
+
+    ``compute_scale`` scales the FLOPs (HeteroFL submodels of width r: r^2).
+    """
+    if samples < 0 or flops_per_sample < 0 or model_bytes < 0:
+        raise ConfigError("samples, flops_per_sample and model_bytes must be >= 0")
+    if overhead_factor < 1.0 or pressure < 1.0:
+        raise ConfigError("overhead_factor and pressure must be >= 1")
+    base = (
+        samples * flops_per_sample * TRAIN_FLOPS_PER_FORWARD * compute_scale / device.compute_flops
+    )
+    planned = base * overhead_factor
+    compute = planned * pressure
+    penalty = compute - planned
+    down = transfer_time_s(device, model_bytes)
+    up = transfer_time_s(device, model_bytes)
+    energy = energy_j(
+        device,
+        compute_s=planned + PRESSURE_RUNNING_SHARE * penalty,
+        idle_s=(1.0 - PRESSURE_RUNNING_SHARE) * penalty,
+        tx_bytes=model_bytes,
+        rx_bytes=model_bytes,
+    )
+    return ClientCost(down, compute, up, penalty, energy)

@@ -1,0 +1,86 @@
+"""``edgetrain federate``: a single run and --compare with --json, and a user error."""
+
+import json
+
+import yaml
+from typer.testing import CliRunner
+
+from edgetrain.cli import app
+
+CFG = {
+    "name": "cli",
+    "seed": 2,
+    "data": {"max_samples": 400},
+    "fleet": {"clients": 8},
+    "federated": {"rounds": 2, "clients_per_round": 3, "local_steps": 1, "batch_size": 8},
+    "memory": {
+        "plan_batch": 2,
+        "bucket": 0.2,
+        "plan_model": {
+            "name": "mobilenetv2",
+            "options": {"width_mult": 0.1, "in_channels": 1, "input_size": 16},
+        },
+    },
+    "clock": {"flops_per_sample": 3.0e8, "model_bytes": 1.4e7},
+}
+
+
+def test_federate_json_and_compare(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump(CFG))
+    r = CliRunner().invoke(
+        app,
+        [
+            "federate",
+            str(path),
+            "--output-root",
+            str(tmp_path / "runs"),
+            "--json",
+            "--selector",
+            "oort",
+            "--aggregator",
+            "fedprox",
+        ],  # fmt: skip
+    )
+    assert r.exit_code == 0, r.output
+    out = json.loads(r.stdout)
+    assert out["method"] == "oort" and out["aggregator"] == "fedprox" and out["rounds"] == 2
+    run = tmp_path / "runs" / "cli"
+    rows = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
+    assert [x["round"] for x in rows] == [1, 2]
+    for key in ("sim_time_s", "accuracy", "loss", "selected", "participation", "plan_decisions"):
+        assert key in rows[0]
+    assert "simulated" in (run / "report.html").read_text()
+
+    r = CliRunner().invoke(
+        app,
+        [
+            "federate",
+            str(path),
+            "--output-root",
+            str(tmp_path / "runs"),
+            "--json",
+            "--compare",
+            "--rounds",
+            "2",
+        ],  # fmt: skip
+    )
+    assert r.exit_code == 0, r.output
+    rows = json.loads(r.stdout)
+    methods = [x["method"] for x in rows]
+    assert methods == ["random", "oort", "fedhybrid", "heterofl", "oort+recompute",
+                       "oort+swap", "oort+compress"]  # fmt: skip
+    rnd = rows[0]
+    assert rnd["speedup_vs_random"] == 1.0 and rnd["rounds"] == 2
+    assert "skipped" in rows[3]  # heterofl needs a width_mult model; lenet has none
+    for x in rows:
+        if "skipped" not in x:
+            assert set(x) >= {"final_accuracy", "time_to_target_s", "speedup_vs_random", "wall_s"}
+
+
+def test_federate_bad_selector_is_a_user_error(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump(CFG))
+    r = CliRunner().invoke(app, ["federate", str(path), "--selector", "fastest"])
+    assert r.exit_code != 0
+    assert "accepted" in str(r.exception) or "accepted" in r.output

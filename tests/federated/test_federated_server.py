@@ -1,0 +1,137 @@
+"""The round loop: resume == uninterrupted, dropouts, deadlines, memory outcomes, configs."""
+
+import json
+
+import pytest
+import torch
+
+from edgetrain.config import parse_config
+from edgetrain.errors import ConfigError
+from edgetrain.federated import FederatedConfig, FederatedServer, build_environment
+from edgetrain.federated.server import make_plan_service
+from edgetrain.runs import RunDir
+
+BASE = {
+    "seed": 3,
+    "data": {"max_samples": 500},
+    "fleet": {"clients": 12},
+    "federated": {"rounds": 4, "clients_per_round": 4, "local_steps": 2, "batch_size": 8},
+    "memory": {
+        "plan_batch": 2,
+        "bucket": 0.1,
+        "plan_model": {
+            "name": "mobilenetv2",
+            "options": {"width_mult": 0.1, "in_channels": 1, "input_size": 16},
+        },
+    },
+    "clock": {"flops_per_sample": 3.0e8, "model_bytes": 1.4e7},
+}
+
+
+def _cfg(**over):
+    d = json.loads(json.dumps(BASE))
+    for k, v in over.items():
+        d.setdefault(k, {}).update(v)
+    return parse_config(d, schema=FederatedConfig)
+
+
+@pytest.fixture(scope="module")
+def env():
+    return build_environment(_cfg())
+
+
+@pytest.fixture(scope="module")
+def plans(env):
+    return make_plan_service(env)
+
+
+def _strip(recs):
+    return [{k: v for k, v in r.items() if k != "wall_s"} for r in recs]
+
+
+@pytest.mark.parametrize(("method", "agg"), [("fedhybrid", "fedyogi"), ("oort", "fedprox")])
+def test_resume_equals_uninterrupted(env, plans, tmp_path, method, agg):
+    full = FederatedServer(env, method, agg, RunDir.create("a", tmp_path), plans).run(4)
+    rd = RunDir.create("b", tmp_path)
+    FederatedServer(env, method, agg, rd, plans).run(4, stop_after=2)  # "killed" after round 2
+    resumed = FederatedServer(env, method, agg, rd, plans)
+    assert resumed.resume() and resumed.round == 2
+    recs = resumed.run(4)
+    assert _strip(recs) == _strip(full)
+    assert [m["round"] for m in rd.metrics()] == [1, 2, 3, 4]
+    assert (rd.path / "checkpoint" / "global.safetensors").exists()
+    with pytest.raises(ConfigError, match="checkpoint"):
+        FederatedServer(env, "random", agg, rd, plans).resume()
+
+
+def test_outcomes_follow_memory(env, plans):
+    rec = FederatedServer(env, "random", "fedavg", None, plans).run(3)
+    outs = [r["outcomes"] for r in rec]
+    # Random without plans: clients below M_G train under page reclaim, none are planned
+    assert sum(o["pressure"] for o in outs) > 0 and sum(o["planned"] for o in outs) == 0
+    # the same random selections with FedHybrid's plans: the over-budget clients get a plan
+    fh = FederatedServer(env, "fedhybrid-noselector", "fedavg", None, plans).run(3)
+    for a, b in zip(rec, fh, strict=True):
+        assert a["selected"] == b["selected"]
+        assert b["outcomes"]["planned"] == a["outcomes"]["pressure"] > 0 or (
+            b["outcomes"]["planned"] == a["outcomes"]["pressure"] == 0
+        )
+        assert b["outcomes"]["pressure"] == 0
+        assert b["round_time_s"] <= a["round_time_s"]
+    for r in rec + fh:
+        assert sum(r["outcomes"].values()) == r["n_selected"] == 4
+        assert sum(v["selected"] for v in r["participation"].values()) == 4
+        assert r["accuracy"] is not None and 0 <= r["accuracy"] <= 1
+        assert r["energy_j"] > 0
+        assert r["sim_time_s"] > 0
+
+
+def test_dropouts_and_deadline_still_complete_rounds(plans):
+    env = build_environment(_cfg(federated={"dropout": 0.9, "rounds": 3}))
+    recs = FederatedServer(env, "random", "fedavg", None, plans).run(3)
+    assert sum(r["outcomes"]["dropped"] for r in recs) >= 6
+    assert len(recs) == 3 and all(r["accuracy"] is not None for r in recs)
+    env2 = build_environment(_cfg(federated={"deadline_s": 1e-3}))
+    recs2 = FederatedServer(env2, "random", "fedavg", None, plans).run(2)
+    for r in recs2:
+        assert r["n_aggregated"] == 0 and r["outcomes"]["late"] > 0
+        assert r["round_time_s"] == pytest.approx(1e-3)
+
+
+def test_config_errors_name_the_field():
+    with pytest.raises(ConfigError, match="federated.method"):
+        parse_config({"federated": {"method": "fastest"}}, schema=FederatedConfig)
+    with pytest.raises(ConfigError, match="m_g"):
+        build_environment(_cfg(memory={"m_g": "lots"}))
+    with pytest.raises(ConfigError, match="width_mult"):
+        FederatedServer(build_environment(_cfg()), "heterofl")
+
+
+def test_heterofl_trains_width_scaled_submodels():
+    cfg = parse_config(
+        {
+            "seed": 1,
+            "model": {
+                "name": "mobilenetv2",
+                "options": {"width_mult": 0.25, "in_channels": 1, "input_size": 8},
+            },
+            "data": {"name": "digits", "reshape": None, "max_samples": 200},
+            "fleet": {"clients": 8},
+            "federated": {"rounds": 1, "clients_per_round": 6, "local_steps": 1, "batch_size": 4},
+            "clock": {"flops_per_sample": 6e8, "model_bytes": 1.36e7},
+        },
+        schema=FederatedConfig,
+    )
+    env = build_environment(cfg)
+    server = FederatedServer(env, "heterofl")
+    before = {k: v.clone() for k, v in server.global_state.items()}
+    rec = server.run_round()
+    assert rec["outcomes"]["submodel"] > 0 and rec["outcomes"]["pressure"] == 0
+    assert rec["n_aggregated"] == 6
+    small = server._build_width(0.5).state_dict()
+    changed = 0
+    for k, g in server.global_state.items():
+        assert g.shape == before[k].shape  # the global model keeps its full width
+        if g.is_floating_point() and small[k].shape != g.shape:
+            changed += int(not torch.equal(g, before[k]))
+    assert changed > 0

@@ -1,0 +1,33 @@
+"""benchmarks/fedhybrid_tta.py runs at tiny scale and prints the Table 3/4 layout as JSON."""
+
+import importlib.util
+import json
+from pathlib import Path
+
+BENCH = Path(__file__).resolve().parents[2] / "benchmarks" / "fedhybrid_tta.py"
+
+
+def test_tta_benchmark_quick(capsys):
+    spec = importlib.util.spec_from_file_location("fedhybrid_tta", BENCH)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    argv = ["--quick", "--aggregators", "fedprox", "--no-scale", "--json", "--extend", "1.5"]
+    assert mod.main(argv) == 0
+    out = json.loads(capsys.readouterr().out)
+    rows = out["tables"]["fedprox"]
+    assert [r["method"] for r in rows][:3] == ["random", "oort", "fedhybrid"]
+    assert rows[0]["speedup_vs_random"] == 1.0
+    target = rows[0]["target_accuracy"]
+    assert target == rows[0]["best_accuracy"]
+    for r in rows:
+        if "skipped" in r:
+            continue
+        assert 0.0 <= r["final_accuracy"] <= 1.0
+        reached = r["best_accuracy"] >= target
+        assert (r["time_to_target_s"] is not None) == reached
+        # below the target a method may run on (up to 1.5 x 3 rounds) while its simulated
+        # time is below Random's
+        assert r["rounds"] == 3 or (r["rounds"] == 4 and r["method"] != "random")
+    abl = [r["method"] for r in out["ablations"]["fedprox"]]
+    assert abl == ["random", "fedhybrid", "fedhybrid-noselector", "fedhybrid-nocompress",
+                   "fedhybrid-nopredictor"]  # fmt: skip
