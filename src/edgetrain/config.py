@@ -10,12 +10,22 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
 
 from edgetrain.errors import ConfigError
+
+
+def _check_run_name(v: str) -> str:
+    if not v or len(v) > 128 or not all(c.isalnum() or c in "._-" for c in v):
+        raise ValueError("use 1-128 letters, digits, '.', '_' or '-'")
+    return v
+
+
+RunName = Annotated[str, AfterValidator(_check_run_name)]
+"""A run directory name: safe as one path component (no separators, no '..')."""
 
 
 class _Strict(BaseModel):
@@ -47,19 +57,12 @@ class TrainSection(_Strict):
 class RunConfig(_Strict):
     """A local training run (``edgetrain run`` / ``edgetrain demo``)."""
 
-    name: str = "run"
+    name: RunName = "run"
     seed: int = Field(0, ge=0)
     output_root: str = "runs"
     model: ModelSection = Field(default_factory=ModelSection)
     data: DataSection = Field(default_factory=DataSection)
     train: TrainSection = Field(default_factory=TrainSection)
-
-    @field_validator("name")
-    @classmethod
-    def _name(cls, v: str) -> str:
-        if not v or len(v) > 128 or not all(c.isalnum() or c in "._-" for c in v):
-            raise ValueError("use 1-128 letters, digits, '.', '_' or '-'")
-        return v
 
 
 DEMO_CONFIG: dict[str, Any] = {

@@ -82,6 +82,27 @@ def evaluate(
     return total_loss / n, correct / n
 
 
+def train_step(
+    model: nn.Module,
+    opt: torch.optim.Optimizer,
+    xb: torch.Tensor,
+    yb: torch.Tensor,
+) -> tuple[float, int]:
+    """One optimizer step on cross-entropy; return (batch loss, correct predictions).
+
+    A non-finite loss is returned without stepping, so the caller can name what to change.
+    """
+    opt.zero_grad(set_to_none=True)
+    out = model(xb)
+    loss = nn.functional.cross_entropy(out, yb)
+    value = float(loss.detach())
+    if not math.isfinite(value):
+        return value, 0
+    loss.backward()
+    opt.step()
+    return value, int((out.detach().argmax(1) == yb).sum())
+
+
 def cosine_lr(base_lr: float, final_lr: float, step: int, total: int) -> float:
     """Cosine annealing from ``base_lr`` to ``final_lr`` over ``total`` steps."""
     if total <= 1:
@@ -130,19 +151,13 @@ def train_classifier(
             if schedule == "cosine":
                 for group in opt.param_groups:
                     group["lr"] = cosine_lr(lr, final, step, total_steps)
-            xb, yb = x_train[idx], y_train[idx]
-            opt.zero_grad(set_to_none=True)
-            out = model(xb)
-            loss = nn.functional.cross_entropy(out, yb)
-            if not torch.isfinite(loss):
+            loss, hits = train_step(model, opt, x_train[idx], y_train[idx])
+            if not math.isfinite(loss):
                 raise ConfigError(
-                    f"training diverged at epoch {epoch} (loss {float(loss.detach())}); lower train.lr "
-                    f"(now {lr})"
+                    f"training diverged at epoch {epoch} (loss {loss}); lower train.lr (now {lr})"
                 )
-            loss.backward()
-            opt.step()
-            loss_sum += float(loss.detach()) * len(idx)
-            correct += int((out.argmax(1) == yb).sum())
+            loss_sum += loss * len(idx)
+            correct += hits
             seen += len(idx)
             step += 1
             if on_step is not None:

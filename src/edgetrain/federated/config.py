@@ -18,6 +18,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from edgetrain.config import RunName
 from edgetrain.federated.methods import METHODS
 
 
@@ -113,7 +114,7 @@ class ClockSection(_Strict):
 class FederatedConfig(_Strict):
     """A federated run (``edgetrain federate``)."""
 
-    name: str = "federated"
+    name: RunName = "federated"
     seed: int = Field(0, ge=0)
     output_root: str = "runs"
     model: ModelSection = Field(default_factory=ModelSection)
@@ -123,10 +124,3 @@ class FederatedConfig(_Strict):
     federated: FederatedSection = Field(default_factory=FederatedSection)
     memory: MemorySection = Field(default_factory=MemorySection)
     clock: ClockSection = Field(default_factory=ClockSection)
-
-    @field_validator("name")
-    @classmethod
-    def _name(cls, v: str) -> str:
-        if not v or len(v) > 128 or not all(c.isalnum() or c in "._-" for c in v):
-            raise ValueError("use 1-128 letters, digits, '.', '_' or '-'")
-        return v

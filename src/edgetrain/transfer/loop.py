@@ -17,7 +17,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from edgetrain.engine.trainer import batches, cosine_lr, evaluate, make_optimizer
+from edgetrain.engine.trainer import batches, cosine_lr, evaluate, make_optimizer, train_step
 from edgetrain.errors import ConfigError
 from edgetrain.transfer.checkpoint import latest_checkpoint, restore_checkpoint, save_checkpoint
 from edgetrain.transfer.protocol import Protocol
@@ -86,19 +86,14 @@ def train_protocol(
             )
             for group in opt.param_groups:
                 group["lr"] = lr
-            xb, yb = x_train[idx], y_train[idx]
-            opt.zero_grad(set_to_none=True)
-            out = model(xb)
-            loss = nn.functional.cross_entropy(out, yb)
-            if not torch.isfinite(loss):
+            loss, hits = train_step(model, opt, x_train[idx], y_train[idx])
+            if not math.isfinite(loss):
                 raise ConfigError(
-                    f"fine-tuning diverged at epoch {epoch} (loss {float(loss.detach())}); "
+                    f"fine-tuning diverged at epoch {epoch} (loss {loss}); "
                     f"lower --lr (now {protocol.lr})"
                 )
-            loss.backward()
-            opt.step()
-            loss_sum += float(loss.detach()) * len(idx)
-            correct += int((out.detach().argmax(1) == yb).sum())
+            loss_sum += loss * len(idx)
+            correct += hits
             seen += len(idx)
             step += 1
             if on_step is not None:
