@@ -9,7 +9,9 @@ at the same absolute bound, when importable; plain per-channel int8/int4
 (error reported, not bounded).  "recompute MB/s" is the activation's bytes
 divided by the forward time of the block that produced it (its parent module,
 median of 3, on the captured input): encode+decode must beat it for compression
-to pay off against recomputation.
+to pay off against recomputation.  All times are process CPU time with one
+intra-op thread (``OMP_NUM_THREADS=1``): on a CPU shared with other jobs wall time
+mostly measures the neighbours; every codec and the recompute are timed alike.
 
     python benchmarks/codec.py [--quick] [--json]
 """
@@ -72,9 +74,9 @@ def capture(name: str, batch: int, limit: int, seed: int = 0):
             with torch.no_grad():
                 ts = []
                 for _ in range(3):
-                    t0 = time.perf_counter()
+                    t0 = time.process_time()
                     pm(*args)
-                    ts.append(time.perf_counter() - t0)
+                    ts.append(time.process_time() - t0)
             rec_s = statistics.median(ts)
         out.append((f"{name}:{aname}", act, rec_s))
     return out
@@ -84,9 +86,9 @@ def _time(fn, repeats: int):
     ts = []
     res = None
     for _ in range(repeats):
-        t0 = time.perf_counter()
+        t0 = time.process_time()
         res = fn()
-        ts.append(time.perf_counter() - t0)
+        ts.append(time.process_time() - t0)
     return statistics.median(ts), res
 
 
@@ -151,6 +153,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rel", type=float, default=0.01, help="error bound as a fraction of range")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
+    torch.set_num_threads(1)  # CPU-time measurements: one intra-op thread (module doc)
     try:
         import pysz as sz
     except ImportError:

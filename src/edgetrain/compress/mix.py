@@ -23,11 +23,14 @@ Pipeline for a floating activation ``x`` and an absolute error bound ``eb``
    ``eb`` (float rounding, low-precision output dtypes) exactly.  The max error is
    therefore <= eb by construction.
 
-Everything is whole-array numpy; there is no per-element Python loop.
+Everything is whole-array numpy / torch (the hot elementwise passes and reductions
+use torch's vectorised CPU kernels); there is no per-element Python loop.
 """
 
 from __future__ import annotations
 
+import math
+import warnings
 from dataclasses import dataclass
 from typing import Any
 
@@ -36,10 +39,8 @@ import torch
 
 from edgetrain.compress.base import (
     FLOAT_DTYPES,
-    channel_maps,
     check_input,
     default_channel_dim,
-    from_channel_maps,
     to_output,
 )
 from edgetrain.compress.blocks import (
@@ -60,6 +61,18 @@ from edgetrain.compress.lorenzo import (
 from edgetrain.errors import ConfigError
 
 _QMAX = float(1 << 30)  # |x| / 2eb above this is stored exactly (keeps integers in int64 range)
+
+
+def _pcq(shape: list[int], cd: int | None) -> tuple[int, int, int, int]:
+    """(P, C, Q, w): the input as [P, C, Q] around the channel dim, and the width ``w``
+    of a channel's 2-D map ([R, w], R = P*Q/w: the last non-channel dim) for blocks."""
+    if not shape or cd is None:
+        n = int(np.prod(shape, dtype=np.int64))
+        return 1, 1, n, max(n, 1)
+    p_ = int(np.prod(shape[:cd], dtype=np.int64))
+    q_ = int(np.prod(shape[cd + 1 :], dtype=np.int64))
+    rest = [d for i, d in enumerate(shape) if i != cd]
+    return p_, shape[cd], q_, (rest[-1] if rest else 1)
 
 
 def _smallest_int(a: np.ndarray) -> np.ndarray:
@@ -83,9 +96,22 @@ def _undelta_index(gaps: np.ndarray) -> np.ndarray:
     return np.cumsum(gaps.astype(np.int64))
 
 
-def _normal_recon(codes: np.ndarray, cmin: np.ndarray, scale: np.ndarray) -> np.ndarray:
-    work = cmin.dtype
-    return codes.astype(work) * scale[:, None, None] + cmin[:, None, None]
+def _normal_recon(
+    codes: np.ndarray, cmin: np.ndarray, scale: np.ndarray, out: np.ndarray | None = None
+) -> np.ndarray:
+    """codes * scale + min per channel ([P, C, Q] codes), in the work dtype.
+
+    Encoder and decoder both call this, so the reconstruction is bit-identical.
+    """
+    cmin_t = torch.from_numpy(np.array(cmin))  # own, writable copies (a few bytes)
+    with warnings.catch_warnings():  # frames decode read-only; ``.to`` copies, never writes
+        warnings.simplefilter("ignore", UserWarning)
+        r = torch.from_numpy(codes).to(cmin_t.dtype)
+    r.mul_(torch.from_numpy(np.array(scale))[None, :, None]).add_(cmin_t[None, :, None])
+    if out is not None:
+        out[...] = r.numpy()
+        return out
+    return r.numpy()
 
 
 def _rich_recon(q: np.ndarray, step: float, work: np.dtype) -> np.ndarray:
@@ -96,7 +122,8 @@ def _exceeding(recon: np.ndarray, m: np.ndarray, eb: float, dtype_name: str) -> 
     """Flat indices where the *output* (after the cast to ``dtype_name``) misses ``eb``."""
     if np.dtype(dtype_name) == recon.dtype if dtype_name in ("float32", "float64") else False:
         # cheap pass in the work dtype, exact float64 check on the few candidates
-        cand = np.flatnonzero(np.abs(recon - m) > recon.dtype.type(eb * 0.999))
+        diff = torch.from_numpy(recon.reshape(-1)) - torch.from_numpy(m.reshape(-1))
+        cand = torch.nonzero(diff.abs_() > eb * 0.999).reshape(-1).numpy()
         r = recon.reshape(-1)[cand].astype(np.float64)
         return cand[np.abs(r - m.reshape(-1)[cand].astype(np.float64)) > eb]
     got = to_output(recon, dtype_name, list(recon.shape)).to(torch.float64).numpy()
@@ -154,23 +181,45 @@ class ChannelMixCodec:
             meta["empty"] = True
             return pack_frame(meta, {}, entropy=False)
         work = a.dtype
-        eb = self._eb(a)
         cd = self._cdim(a.ndim)
-        m = channel_maps(a, cd)
-        c, r, w = m.shape
-        mu = float(a.mean())
-        sd = float(a.std())
+        p_, c, q_, w = _pcq(shape, cd)
+        r = p_ * q_ // w
+        # ``m`` is a [P, C, Q] *view* of the input (no transpose copy); per-channel
+        # statistics reduce over axes 0 and 2 (torch's vectorised CPU kernels)
+        m = a.reshape(p_, c, q_)
+        mt = torch.from_numpy(m)
+        cmin = mt.amin(dim=(0, 2)).numpy()
+        cmax = mt.amax(dim=(0, 2)).numpy()
+        lo, hi = float(cmin.min()), float(cmax.max())
+        eb = self._eb(a, lo, hi)
+        flat = mt.reshape(-1)
+        mu = float(flat.mean())
+        # one dot product instead of a second pass over x - mu (torch.std_mean is ~8x
+        # slower here); sd only classifies channels, the bound is guaranteed by step 6
+        sd = math.sqrt(max(float(torch.dot(flat, flat)) / flat.numel() - mu * mu, 0.0))
         step = 2.0 * eb if eb > 0 else 1.0
-        # 1-2. outliers and channel classes
-        if sd > 0:
-            outm = np.abs(m - work.type(mu)) > work.type(self.sigma * sd)
-        else:
-            outm = np.zeros(m.shape, dtype=bool)
-        if max(abs(float(a.min())), abs(float(a.max()))) > _QMAX * step:
-            outm |= np.abs(m) > _QMAX * step
-        cnt = outm.sum(axis=(1, 2))
-        cmin = m.min(axis=(1, 2))
-        cmax = m.max(axis=(1, 2))
+        big = max(abs(lo), abs(hi)) > _QMAX * step
+
+        def outliers(t: torch.Tensor) -> torch.Tensor:
+            """3-sigma outliers (and values too large for the integer codes) of ``t``."""
+            if sd > 0:
+                o = (t - mu).abs_() > self.sigma * sd
+            else:
+                o = torch.zeros(t.shape, dtype=torch.bool)
+            if big:
+                o |= t.abs() > _QMAX * step
+            return o
+
+        # 1-2. outliers and channel classes; only channels whose [min, max] leaves the
+        # 3-sigma band (or the code range) can hold outliers, so only those are scanned
+        cand = (cmin < mu - self.sigma * sd) | (cmax > mu + self.sigma * sd)
+        if big:
+            cand |= np.maximum(np.abs(cmin), np.abs(cmax)) > _QMAX * step
+        cand_idx = np.flatnonzero(cand)
+        cnt = np.zeros(c, dtype=np.int64)
+        if cand_idx.size:
+            sub = mt if cand_idx.size == c else torch.from_numpy(m[:, cand_idx, :])
+            cnt[cand_idx] = outliers(sub).sum(dim=(0, 2)).numpy()
         rng = cmax.astype(np.float64) - cmin.astype(np.float64)
         with np.errstate(divide="ignore", invalid="ignore"):
             levels = np.where(rng > 0, rng / step if eb > 0 else np.inf, 0.0)
@@ -185,23 +234,39 @@ class ChannelMixCodec:
         }
         # 3. normal channels: k-bit, per-channel offset and scale
         if normal_idx.size:
+            whole = normal_idx.size == c  # the common case: no channel gather
             k = np.maximum(bits[normal_idx], 1)
             nmin = cmin[normal_idx]
             nrng = (cmax[normal_idx] - nmin).astype(work)
             scale = np.where(nrng > 0, nrng / (2.0**k - 1).astype(work), work.type(1.0)).astype(
                 work
             )
-            codes = np.rint((m[normal_idx] - nmin[:, None, None]) / scale[:, None, None])
-            codes = np.clip(codes, 0, (2.0**k - 1)[:, None, None])
-            codes = codes.astype(np.uint8 if int(k.max()) <= 8 else np.uint16)
-            arrays.update(n_codes=codes, n_min=nmin, n_scale=scale)
-            recon[normal_idx] = _normal_recon(codes, nmin, scale)
+            mn = mt if whole else torch.from_numpy(m[:, normal_idx, :])
+            ct = (mn - torch.from_numpy(nmin)[None, :, None]).div_(
+                torch.from_numpy(scale)[None, :, None]
+            )
+            kmax = torch.from_numpy((2.0**k - 1).astype(work))[None, :, None]
+            ct = torch.minimum(ct.round_().clamp_(min=0), kmax, out=ct)
+            if int(k.max()) <= 8:
+                codes = ct.to(torch.uint8).numpy()
+            else:
+                codes = ct.to(torch.int32).numpy().astype(np.uint16)
+            # stored channel-major: each channel's codes are one run for zstd (a byte
+            # transpose is cheap; the float maps are never transposed)
+            arrays.update(
+                n_codes=np.ascontiguousarray(codes.transpose(1, 0, 2)), n_min=nmin, n_scale=scale
+            )
+            if whole:
+                _normal_recon(codes, nmin, scale, out=recon)
+            else:
+                recon[:, normal_idx, :] = _normal_recon(codes, nmin, scale)
             meta["normal_bits_mean"] = float(k.mean())
-        # 4. outlier-rich channels: exact outliers + dual-quantized blocks
+        # 4. outlier-rich channels: exact outliers + dual-quantized blocks, on 2-D maps
         n_dense = n_sparse = n_out = 0
         if rich_idx.size:
-            mr = m[rich_idx]
-            om = outm[rich_idx]
+            cr = rich_idx.size
+            mr = np.ascontiguousarray(m[:, rich_idx, :].transpose(1, 0, 2)).reshape(cr, r, w)
+            om = outliers(torch.from_numpy(mr)).numpy()
             out_flat = np.flatnonzero(om)
             out_vals = mr.reshape(-1)[out_flat]
             q = np.rint(np.where(om, 0, mr) / work.type(step)).astype(np.int64)
@@ -209,13 +274,13 @@ class ChannelMixCodec:
             dense = block_density(qb) >= self.tau
             dblocks = qb[dense]
             sblocks = qb[~dense]
-            codes, oidx, ovals = encode_codes(lorenzo_delta(dblocks))
+            dcodes, oidx, ovals = encode_codes(lorenzo_delta(dblocks))
             counts, cols, vals = csr_encode(sblocks)
             arrays.update(
                 r_out_idx=_delta_index(out_flat),
                 r_out_vals=out_vals,
                 r_dense=np.packbits(dense.reshape(-1)),
-                r_codes=codes,
+                r_codes=dcodes,
                 r_code_out_idx=_delta_index(oidx),
                 r_code_out_vals=_smallest_int(ovals),
                 r_csr_counts=counts,
@@ -224,15 +289,16 @@ class ChannelMixCodec:
             )
             rr = _rich_recon(q, step, work)
             rr.reshape(-1)[out_flat] = out_vals
-            recon[rich_idx] = rr
+            recon[:, rich_idx, :] = rr.reshape(cr, p_, q_).transpose(1, 0, 2)
             n_dense, n_sparse, n_out = int(dense.sum()), int((~dense).sum()), int(out_flat.size)
-        # 6. guarantee the bound on the output dtype; patch what exceeds it (map layout)
+        # 6. guarantee the bound on the output dtype; patch what exceeds it (input order)
         patch = _exceeding(recon, m, eb, dtype_name)
         arrays.update(patch_idx=_delta_index(patch), patch_vals=m.reshape(-1)[patch])
         meta.update(
             eb=eb,
             step=step,
             channel_dim=cd,
+            pcq=[p_, c, q_],
             map_shape=[c, r, w],
             block=self.block,
             normal_channels=int(normal_idx.size),
@@ -251,13 +317,18 @@ class ChannelMixCodec:
         if meta.get("empty"):
             return to_output(np.zeros(shape, dtype=np.float32), meta["dtype"], shape)
         work = np.dtype(meta["work"])
-        c, r, w = meta["map_shape"]
+        p_, c, q_ = meta["pcq"]
+        _, r, w = meta["map_shape"]
         n = meta["block"]
-        recon = np.empty((c, r, w), dtype=work)
+        recon = np.empty((p_, c, q_), dtype=work)
         normal_idx = arr["normal_idx"].astype(np.int64)
         rich_idx = arr["rich_idx"].astype(np.int64)
         if normal_idx.size:
-            recon[normal_idx] = _normal_recon(arr["n_codes"], arr["n_min"], arr["n_scale"])
+            codes = arr["n_codes"].transpose(1, 0, 2)
+            if normal_idx.size == c:
+                _normal_recon(codes, arr["n_min"], arr["n_scale"], out=recon)
+            else:
+                recon[:, normal_idx, :] = _normal_recon(codes, arr["n_min"], arr["n_scale"])
         if rich_idx.size:
             cr = rich_idx.size
             rp, wp = r + (-r) % n, w + (-w) % n
@@ -276,10 +347,9 @@ class ChannelMixCodec:
             q = from_blocks(qb)[:, :r, :w]
             rr = _rich_recon(q, meta["step"], work)
             rr.reshape(-1)[_undelta_index(arr["r_out_idx"])] = arr["r_out_vals"]
-            recon[rich_idx] = rr
+            recon[:, rich_idx, :] = rr.reshape(cr, p_, q_).transpose(1, 0, 2)
         recon.reshape(-1)[_undelta_index(arr["patch_idx"])] = arr["patch_vals"]
-        full = from_channel_maps(recon, tuple(shape), meta["channel_dim"])
-        return to_output(full, meta["dtype"], shape)
+        return to_output(recon, meta["dtype"], shape)
 
     # -- helpers ------------------------------------------------------------
     def _cdim(self, ndim: int) -> int | None:
@@ -289,9 +359,11 @@ class ChannelMixCodec:
             return None
         return self.channel_dim % ndim
 
-    def _eb(self, a: np.ndarray) -> float:
+    def _eb(self, a: np.ndarray, lo: float | None = None, hi: float | None = None) -> float:
         if self.error_bound_abs is not None:
             return float(self.error_bound_abs)
         if a.size == 0:
             return 0.0
-        return float(self.rel_error_bound * (float(a.max()) - float(a.min())))
+        if lo is None or hi is None:
+            lo, hi = float(a.min()), float(a.max())
+        return float(self.rel_error_bound * (hi - lo))

@@ -1,7 +1,8 @@
 """Training under a memory budget (FedHybrid §4.3-4.4), executed for real.
 
 profile_model -> plan (hybrid | recompute | compress | swap | none) -> ExecutionPlan
--> PlanExecutor (measured by MemoryAccountant) ; BudgetPredictor for the budget itself.
+-> PlanExecutor (measured by MemoryAccountant; units keep / recompute / compress /
+swap, cheap leaves regen); BudgetPredictor for the budget itself.
 """
 
 from edgetrain.engine.budget.accountant import MemoryAccountant, peak_rss_bytes
@@ -9,7 +10,12 @@ from edgetrain.engine.budget.executor import PlanExecutor
 from edgetrain.engine.budget.plan import PLAN_VERSION, ExecutionPlan, UnitDecision
 from edgetrain.engine.budget.planner import METHODS, minimum_budget, plan, simulate
 from edgetrain.engine.budget.predictor import BudgetPredictor, MemorySample, sample_linux
-from edgetrain.engine.budget.profile import ModelProfile, UnitProfile, profile_model
+from edgetrain.engine.budget.profile import (
+    ModelProfile,
+    RegenProfile,
+    UnitProfile,
+    profile_model,
+)
 from edgetrain.engine.budget.runner import BudgetReport, parse_budget, run_budget
 from edgetrain.engine.budget.swap import IoContentionModel
 
@@ -24,6 +30,7 @@ __all__ = [
     "MemorySample",
     "ModelProfile",
     "PlanExecutor",
+    "RegenProfile",
     "UnitDecision",
     "UnitProfile",
     "minimum_budget",

@@ -16,6 +16,12 @@ Each planned unit's ``forward`` is wrapped (an instance attribute, removed on ex
   tensors (torch keeps them in private frames) and BatchNorm running statistics
   must not be updated twice (we restore the unit's buffers after recomputation),
   which makes recompute training bit-identical to unplanned training.
+* ``regen`` (a leaf) — runs as is, but its output is registered: any later pack
+  of that storage (same version) by a kept / compressed / swapped consumer stores
+  a placeholder holding the leaf's *input* (which the leaf saves anyway) and the
+  view geometry; in backward the leaf re-runs on that input (no grad, buffers
+  restored) and the consumer gets the identical view.  One regeneration is shared
+  by all consumers while any of them still holds it.
 """
 
 from __future__ import annotations
@@ -32,7 +38,7 @@ from torch import nn
 
 from edgetrain.compress import make_codec
 from edgetrain.compress.base import Codec
-from edgetrain.engine.budget.accountant import MemoryAccountant, model_state_tensors
+from edgetrain.engine.budget.accountant import MemoryAccountant, model_state_tensors, storage_key
 from edgetrain.engine.budget.plan import ExecutionPlan
 from edgetrain.engine.budget.profile import MIN_COMPRESS_NUMEL
 from edgetrain.engine.budget.swap import swap_in, swap_out
@@ -64,6 +70,30 @@ class _Placeholder:
         self.state, self.index, self.value = state, index, None
 
 
+class _RegenSource:
+    """A regenerable leaf output: the leaf's forward, its input, the output's version."""
+
+    __slots__ = ("mod", "fn", "arg", "version", "cache", "__weakref__")
+
+    def __init__(self, mod: nn.Module, fn: Callable, arg: torch.Tensor, version: int) -> None:
+        self.mod, self.fn, self.arg, self.version = mod, fn, arg, version
+        self.cache: weakref.ref | None = None
+
+
+class _RegenRef:
+    """What a consumer's autograd node stores instead of the leaf output."""
+
+    __slots__ = ("src", "size", "stride", "offset", "__weakref__")
+
+    def __init__(self, src: _RegenSource, t: torch.Tensor) -> None:
+        self.src, self.size, self.stride, self.offset = (
+            src,
+            t.size(),
+            t.stride(),
+            t.storage_offset(),
+        )
+
+
 def _detach_like(a: Any) -> Any:
     if isinstance(a, torch.Tensor):
         return a.detach().requires_grad_(a.requires_grad)
@@ -91,11 +121,15 @@ class PlanExecutor:
         self._installed: list[nn.Module] = []
         # one encoding per saved tensor object: id -> (weakref to tensor, weakref to holder)
         self._encoded: dict[int, tuple[weakref.ref, weakref.ref]] = {}
+        # storage pointer of a live regenerable output -> (weakref to it, its source)
+        self._regen: dict[int, tuple[weakref.ref, _RegenSource]] = {}
 
     # -- installation ---------------------------------------------------------
     def __enter__(self) -> PlanExecutor:
         names = dict(self.model.named_modules())
-        for u in self.plan.units:
+        # units first, regen last: a regen wrapper composes with a unit wrapper on one module
+        order = sorted(self.plan.units, key=lambda u: u.decision == "regen")
+        for u in order:
             if u.decision == "keep":
                 continue
             if u.name not in names:
@@ -104,6 +138,12 @@ class PlanExecutor:
                     f"the plan was made for a different model"
                 )
             mod = names[u.name]
+            if u.decision == "regen":
+                wrapped = "forward" in vars(mod)
+                mod.forward = self._wrap_regen(mod)
+                if not wrapped:
+                    self._installed.append(mod)
+                continue
             if u.decision == "swap" and self._swap_dir is None:
                 self._swap_dir = tempfile.mkdtemp(prefix="edgetrain-swap-")
                 self._own_swap_dir = True
@@ -113,6 +153,7 @@ class PlanExecutor:
 
     def __exit__(self, *exc: object) -> None:
         self._encoded.clear()
+        self._regen.clear()
         for mod in self._installed:
             del mod.forward
         self._installed.clear()
@@ -141,6 +182,68 @@ class PlanExecutor:
 
         return run
 
+    # -- regen ------------------------------------------------------------------
+    def _wrap_regen(self, mod: nn.Module) -> Callable:
+        orig = type(mod).forward.__get__(mod)
+        inner = vars(mod).get("forward", orig)  # a unit wrapper already installed
+
+        def run(x, *a, **k):
+            out = inner(x, *a, **k)
+            if (
+                not a
+                and not k
+                and isinstance(x, torch.Tensor)
+                and isinstance(out, torch.Tensor)
+                and torch.is_grad_enabled()
+            ):
+                src = _RegenSource(mod, orig, x, out._version)
+                key = storage_key(out)[0]
+                self._regen[key] = (weakref.ref(out), src)
+                weakref.finalize(out, self._forget_regen, key, src)
+            return out
+
+        return run
+
+    def _forget_regen(self, key: int, src: _RegenSource) -> None:
+        hit = self._regen.get(key)
+        if hit is not None and hit[1] is src:
+            del self._regen[key]
+
+    def _pack_regen(self, t: torch.Tensor) -> _RegenRef | None:
+        hit = self._regen.get(storage_key(t)[0]) if self._regen else None
+        if hit is None:
+            return None
+        out, src = hit[0](), hit[1]
+        if out is None or t._version != src.version or t.dtype != out.dtype:
+            return None
+        ref = _RegenRef(src, t)
+        self.acc.hold_tensor(src.arg, ref)  # the placeholder keeps the leaf's input alive
+        return ref
+
+    def _unpack_regen(self, ref: _RegenRef) -> torch.Tensor:
+        src = ref.src
+        base = src.cache() if src.cache is not None else None
+        if base is None:
+            buffers = [b.detach().clone() for b in src.mod.buffers()]
+            with torch.no_grad():
+                base = src.fn(src.arg)
+            for b, old in zip(src.mod.buffers(), buffers, strict=True):
+                b.data.copy_(old)
+            src.cache = weakref.ref(base)
+            self.acc.hold_tensor(base, base)
+        out = base.as_strided(ref.size, ref.stride, ref.offset)
+        self.acc.hold_tensor(out, out)
+        return out
+
+    def _pack_default(self, t: torch.Tensor) -> object:
+        ref = self._pack_regen(t)
+        return ref if ref is not None else self.acc.pack_keep(t)
+
+    def _unpack_default(self, h: object) -> torch.Tensor:
+        if isinstance(h, _RegenRef):
+            return self._unpack_regen(h)
+        return self.acc.unpack_keep(h)
+
     # -- compress / swap hooks ------------------------------------------------
     def _small_or_exact(self, t: torch.Tensor) -> bool:
         return (
@@ -159,6 +262,9 @@ class PlanExecutor:
         return h
 
     def _pack_compress(self, t: torch.Tensor, codec: Codec) -> object:
+        ref = self._pack_regen(t)
+        if ref is not None:
+            return ref
         if self._small_or_exact(t):
             return self.acc.pack_keep(t)
         h = self._cached(t)
@@ -169,12 +275,17 @@ class PlanExecutor:
         return h
 
     def _pack_swap(self, t: torch.Tensor) -> object:
+        ref = self._pack_regen(t)
+        if ref is not None:
+            return ref
         if self._small_or_exact(t):
             return self.acc.pack_keep(t)
         h = self._cached(t)
         return h if h is not None else self._remember(t, swap_out(t, self._swap_dir))
 
     def _unpack_encoded(self, h: object) -> torch.Tensor:
+        if isinstance(h, _RegenRef):
+            return self._unpack_regen(h)
         if isinstance(h, _Encoded):
             out = h.codec.decode(h.data)
         elif hasattr(h, "path"):
@@ -241,7 +352,10 @@ class PlanExecutor:
         loss_fn: Callable[[Any], torch.Tensor],
     ) -> torch.Tensor:
         """Forward + loss + backward (gradients accumulate in ``.grad``); returns the loss."""
-        with self.acc.track():
+        with (
+            self.acc.track(),
+            torch.autograd.graph.saved_tensors_hooks(self._pack_default, self._unpack_default),
+        ):
             out = self.model(*inputs)
             loss = loss_fn(out)
             del out

@@ -9,14 +9,17 @@ from typing import Any
 
 from edgetrain.errors import ConfigError
 
-PLAN_VERSION = 1
-DECISIONS = ("keep", "recompute", "compress", "swap")
+PLAN_VERSION = 2  # 2 adds the "regen" decision; version-1 plans are still read
+READABLE_VERSIONS = (1, 2)
+DECISIONS = ("keep", "recompute", "compress", "swap", "regen")
 
 
 @dataclass
 class UnitDecision:
     name: str  # qualified nn.Module name ("" is the whole model)
-    decision: str  # one of DECISIONS
+    # one of DECISIONS; "regen": consumers of this leaf's output drop their copy and
+    # regenerate it from the leaf's own saved input in backward
+    decision: str
     codec: str | None = None  # for "compress": mix | int8 | int4
     saved_bytes: int = 0  # bytes the unit saves when kept
     held_bytes: int = 0  # bytes it holds under this decision (predicted)
@@ -52,10 +55,10 @@ class ExecutionPlan:
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> ExecutionPlan:
-        if d.get("version") != PLAN_VERSION:
+        if d.get("version") not in READABLE_VERSIONS:
             raise ConfigError(
-                f"execution plan version {d.get('version')!r}; this edgetrain reads version "
-                f"{PLAN_VERSION}"
+                f"execution plan version {d.get('version')!r}; this edgetrain reads versions "
+                f"{', '.join(map(str, READABLE_VERSIONS))}"
             )
         d = dict(d)
         units = [UnitDecision(**u) for u in d.pop("units")]

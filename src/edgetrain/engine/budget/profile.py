@@ -14,7 +14,16 @@ re-runs on the captured inputs on this CPU (FedHybrid §4.4: op costs are times
 collected on the device), in process CPU time so that other jobs sharing the CPU
 do not distort the costs (run with one intra-op thread).  A ``TorchFunctionMode`` marks units whose forward
 runs a layout transform (view/reshape/permute/transpose/flatten/...), which sets
-psi = 2 in the recompute cost (eq. 6).  Codec size and speed are measured by
+psi = 2 in the recompute cost (eq. 6).
+
+Finer than units, *regen* candidates (:class:`RegenProfile`) are leaf modules
+(GELU, LayerNorm, BatchNorm, ReLU6, ...) whose output is saved by a later
+consumer while the leaf itself already saves its own input: the consumer's copy
+can be dropped and regenerated from that input in backward at the price of one
+cheap leaf forward, without holding anything extra (high MPS, eq. 5).  GEMM /
+convolution outputs are never such candidates (their backward saves the input,
+not the output they produce is regenerated cheaply), so they stay for keep /
+compress.  Codec size and speed are measured by
 really encoding the unit's saved float tensors (a batch slice of at most
 ``codec_sample_bytes`` per tensor, scaled linearly).
 """
@@ -43,6 +52,8 @@ LAYOUT_FUNCS = frozenset(
     }
 )  # fmt: skip
 CONTAINERS = (nn.Sequential, nn.ModuleList, nn.ModuleDict)
+#: leaves never regenerated: random (dropout) or identity-like (output aliases the input)
+_NO_REGEN = (nn.Dropout, nn.Dropout1d, nn.Dropout2d, nn.Dropout3d, nn.AlphaDropout, nn.Identity)
 #: compress / swap only tensors at least this large (smaller ones cost more than they save)
 MIN_COMPRESS_NUMEL = 1024
 
@@ -81,12 +92,35 @@ class UnitProfile:
 
 
 @dataclass
+class RegenProfile:
+    """A leaf whose output consumers may drop and regenerate from the leaf's own saved input."""
+
+    name: str
+    step: int  # forward item the leaf runs in
+    fwd_s: float  # median leaf forward time (process CPU time)
+    out_key: int
+    out_bytes: int
+    in_key: int
+    in_bytes: int
+    saves: int  # save events of the output storage (each may regenerate once)
+    calls: int = 1
+
+    @property
+    def state_key(self) -> str:
+        return "regen:" + self.name
+
+    def regen_cost(self) -> float:
+        return self.fwd_s * max(self.saves, 1)
+
+
+@dataclass
 class ModelProfile:
     units: list[UnitProfile]
     glue: list[tuple[int, dict[int, int]]]  # (step, storage key -> bytes)
     n_steps: int
     item_s: list[float]  # forward time per item (glue items: 0, not separately timed)
     total_saved_bytes: int
+    regens: list[RegenProfile] = field(default_factory=list)
 
     def unit(self, name: str) -> UnitProfile:
         for u in self.units:
@@ -123,6 +157,11 @@ def _record_forward(
 ) -> tuple[list[tuple[str, Any]], dict[str, tuple[tuple, dict]], dict[str, int], set[str]]:
     """One forward + loss; events in order, captured unit inputs, call counts, layout modules."""
     names = {id(m): n for n, m in model.named_modules()}
+    leaves = {
+        n
+        for n, m in model.named_modules()
+        if n and not list(m.children()) and not isinstance(m, _NO_REGEN)
+    }
     params = {storage_key(p)[0] for p in model.parameters()}
     params |= {storage_key(b)[0] for b in model.buffers()}
     stack: list[str] = []
@@ -143,7 +182,18 @@ def _record_forward(
             layout.update(stack)
 
     def post(mod, args, kwargs, out):
-        stack.pop()
+        n = stack.pop()
+        if (
+            n in leaves
+            and calls[n] == 1
+            and len(args) == 1
+            and not kwargs
+            and isinstance(args[0], torch.Tensor)
+            and isinstance(out, torch.Tensor)
+            and out.is_floating_point()
+        ):
+            # the tensor rides along so its storage cannot be reused while recording
+            events.append(("out", (n, storage_key(out), storage_key(args[0]), out)))
 
     def pack(t: torch.Tensor):
         ptr, nbytes = storage_key(t)
@@ -303,7 +353,12 @@ def profile_model(
     unit_step: dict[str, int] = {}
     unit_recs: dict[str, list[_Rec]] = {u: [] for u in units}
     glue: list[tuple[int, dict[int, int]]] = []
+    leaf_out: list[tuple[str, int, tuple[int, int], tuple[int, int]]] = []
     for kind, payload in events:
+        if kind == "out":
+            if calls.get(payload[0], 1) == 1:
+                leaf_out.append((payload[0], max(len(items) - 1, 0), payload[1], payload[2]))
+            continue
         if kind == "call":
             if payload in unit_set and payload not in unit_step:
                 unit_step[payload] = len(items)
@@ -362,4 +417,33 @@ def profile_model(
             up.codecs[cname] = cost
         profiles.append(up)
     total = sum({r.key: r.nbytes for r in recs}.values())
-    return ModelProfile(profiles, glue, len(items), item_s, total)
+    regens = _regen_candidates(model, recs, leaf_out, captured, repeats)
+    return ModelProfile(profiles, glue, len(items), item_s, total, regens)
+
+
+def _regen_candidates(
+    model: nn.Module,
+    recs: list[_Rec],
+    leaf_out: list[tuple[str, int, tuple[int, int], tuple[int, int]]],
+    captured: dict[str, tuple[tuple, dict]],
+    repeats: int,
+) -> list[RegenProfile]:
+    """Leaves whose output is saved elsewhere while they save their own input (see module doc)."""
+    by_key: dict[int, list[_Rec]] = {}
+    for r in recs:
+        by_key.setdefault(r.key, []).append(r)
+    out: list[RegenProfile] = []
+    for name, step, (okey, obytes), (ikey, ibytes) in leaf_out:
+        if okey == ikey or obytes < MIN_COMPRESS_NUMEL * 4:
+            continue
+        own_in = any(r.stack and r.stack[-1] == name for r in by_key.get(ikey, []))
+        savers = by_key.get(okey, [])
+        own_out = any(r.stack and r.stack[-1] == name for r in savers)
+        if not own_in or own_out or not savers:
+            continue
+        if any(not r.tensor.is_floating_point() for r in savers):
+            continue
+        args, kwargs = captured[name]
+        fwd, _ = _time_unit(model, name, args, kwargs, repeats)
+        out.append(RegenProfile(name, step, fwd, okey, obytes, ikey, ibytes, len(savers)))
+    return out
