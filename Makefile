@@ -3,10 +3,10 @@
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
-EXTRAS := data,peft,rl,codecs,ray,test
+EXTRAS := data,peft,ray,test
 STAMP := $(VENV)/.edgetrain-installed
 
-.PHONY: demo test lint format clean venv
+.PHONY: demo test test-flower lint format clean venv
 
 venv: $(STAMP)
 
@@ -25,6 +25,15 @@ test: $(STAMP)
 	$(VENV)/bin/ruff format --check src tests benchmarks
 	$(PY) -m pytest
 
+# Flower pins older protobuf/rich/typer/ray than ours, so it gets its own venv.
+FLOWER_VENV := .venv-flower
+test-flower:
+	$(PYTHON) -m venv $(FLOWER_VENV)
+	$(FLOWER_VENV)/bin/python -m pip install --quiet --upgrade pip
+	$(FLOWER_VENV)/bin/python -m pip install --quiet "torch==2.13.0"
+	$(FLOWER_VENV)/bin/python -m pip install --quiet -e ".[flower,data,test]"
+	FLWR_TELEMETRY_ENABLED=0 $(FLOWER_VENV)/bin/python -m pytest tests/integrations
+
 lint: $(STAMP)
 	$(VENV)/bin/ruff check src tests benchmarks
 
@@ -33,4 +42,4 @@ format: $(STAMP)
 	$(VENV)/bin/ruff format src tests benchmarks
 
 clean:
-	rm -rf $(VENV) runs build src/*.egg-info
+	rm -rf $(VENV) $(FLOWER_VENV) runs build src/*.egg-info

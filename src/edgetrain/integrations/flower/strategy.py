@@ -1,0 +1,351 @@
+"""``EdgetrainStrategy``: a Flower Message-API strategy driven by edgetrain's selectors.
+
+One round on Flower's ``Grid`` (FedHybrid §4.1 workflow, same steps as
+:class:`edgetrain.federated.server.FederatedServer`):
+
+1. **check-in** — the first ``configure_train`` (and every ``checkin_every`` rounds) sends
+   a ``query`` message to every connected node; each answers with its edgetrain client
+   id, sample count, predicted memory budget M_i, per-step operator time, profile round
+   estimate, compute rate and device class. These become a
+   :class:`~edgetrain.federated.selectors.CheckIn`, and the node id <-> client id map.
+2. **select** — the edgetrain selector (Random / Oort / FedHybrid) picks ``k`` client ids.
+3. **plan** — every selected client whose budget is below M_G gets an execution plan from
+   the :class:`~edgetrain.federated.plans.PlanService` (k-means clusters, weakest member,
+   cache); the plan's JSON rides in that node's train ``ConfigRecord`` (``plan-json``).
+4. **aggregate** — valid replies past ``deadline_s`` (their simulated round time) are
+   discarded like stragglers; the rest go through the edgetrain aggregator (FedAvg /
+   FedProx / FedYogi) weighted by ``num-examples``. Error replies (a node killed above
+   its physical memory, a crash) count as failed rounds.
+5. **feedback** — every selected client's outcome goes back to ``selector.update``.
+
+Selection randomness comes from the selector's own seeded generator and evaluation
+sampling from a seeded NumPy generator; Flower's ``random.sample`` is never used.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from logging import INFO
+from typing import Any
+
+import numpy as np
+import torch
+from flwr.app import ArrayRecord, ConfigRecord, Message, MessageType, MetricRecord, RecordDict
+from flwr.serverapp import Grid
+from flwr.serverapp.strategy import Strategy
+from flwr.supercore import log
+
+from edgetrain.errors import ConfigError, DataError
+from edgetrain.federated.aggregators import Aggregator
+from edgetrain.federated.plans import STRATEGIES, PlanOutcome, PlanService
+from edgetrain.federated.selectors import CheckIn, Feedback, Selector
+from edgetrain.integrations.flower import keys as K
+
+
+@dataclass
+class RoundLog:
+    """What the strategy decided and saw in one training round (plain data)."""
+
+    round: int
+    selected: list[int]
+    plans: dict[int, dict[str, Any]] = field(default_factory=dict)  # cid -> plan summary
+    aggregated: list[int] = field(default_factory=list)
+    planned: list[int] = field(default_factory=list)  # trained under the shipped plan
+    failed: list[int] = field(default_factory=list)
+    late: list[int] = field(default_factory=list)
+    round_time_s: float = 0.0
+    train_loss: float | None = None
+
+
+class EdgetrainStrategy(Strategy):
+    """Flower strategy: edgetrain selector + server-side plans + edgetrain aggregator.
+
+    ``m_g`` is the model's unplanned training memory (bytes, as in
+    :class:`~edgetrain.federated.environment.Environment`); ``plan_service`` may be None
+    (no plans: clients below M_G train unplanned, as Random/Oort do).
+    """
+
+    def __init__(
+        self,
+        selector: Selector,
+        aggregator: Aggregator,
+        *,
+        clients_per_round: int,
+        m_g: float,
+        plan_service: PlanService | None = None,
+        plan_strategy: str = "hybrid",
+        cluster: bool = True,
+        deadline_s: float | None = None,
+        local_steps: int = 5,
+        batch_size: int = 16,
+        lr: float = 0.05,
+        seed: int = 0,
+        min_available_nodes: int = 1,
+        checkin_every: int = 0,
+        evaluate_clients: int = 0,
+        query_timeout_s: float = 600.0,
+    ) -> None:
+        if clients_per_round < 1:
+            raise ConfigError(f"clients_per_round={clients_per_round}; expected >= 1")
+        if not m_g > 0:
+            raise ConfigError(f"m_g={m_g}; expected the model's training memory in bytes (> 0)")
+        if plan_strategy not in STRATEGIES:
+            raise ConfigError(f"plan_strategy {plan_strategy!r}; expected one of {STRATEGIES}")
+        if deadline_s is not None and not deadline_s > 0:
+            raise ConfigError(f"deadline_s={deadline_s}; expected seconds > 0 or None")
+        if checkin_every < 0 or evaluate_clients < 0 or min_available_nodes < 1:
+            raise ConfigError(
+                "checkin_every and evaluate_clients must be >= 0 and min_available_nodes >= 1"
+            )
+        self.selector, self.aggregator = selector, aggregator
+        self.clients_per_round, self.m_g = clients_per_round, float(m_g)
+        self.plan_service, self.plan_strategy, self.cluster = plan_service, plan_strategy, cluster
+        self.deadline_s = deadline_s
+        self.local_steps, self.batch_size, self.lr = local_steps, batch_size, lr
+        self.seed = seed
+        self.min_available_nodes = min_available_nodes
+        self.checkin_every = checkin_every
+        self.evaluate_clients = evaluate_clients
+        self.query_timeout_s = query_timeout_s
+        self.rng = np.random.default_rng(seed)
+        self.checkin: CheckIn | None = None
+        self.compute = np.zeros(0)
+        self.device_class: list[str] = []
+        self.node_of: dict[int, int] = {}  # cid -> Flower node id
+        self.history: list[RoundLog] = []
+        self.sim_time_s = 0.0
+        self._global: dict[str, torch.Tensor] | None = None
+        self._pending: RoundLog | None = None
+
+    # -- check-in ---------------------------------------------------------------------------
+    def check_in(self, grid: Grid) -> CheckIn:
+        """Query every connected node for its edgetrain check-in; build the CheckIn."""
+        while len(nodes := sorted(grid.get_node_ids())) < self.min_available_nodes:
+            log(INFO, "check-in: %d of %d nodes connected", len(nodes), self.min_available_nodes)
+            time.sleep(1.0)
+        cfg = ConfigRecord({K.QUERY_KIND: K.QUERY_CHECKIN})
+        msgs = [
+            Message(RecordDict({K.CONFIG: cfg}), message_type=MessageType.QUERY, dst_node_id=n)
+            for n in nodes
+        ]
+        rows: dict[int, tuple[int, dict[str, float], str]] = {}
+        for reply in grid.send_and_receive(msgs, timeout=self.query_timeout_s):
+            if reply.has_error():
+                log(INFO, "check-in: node %d failed: %s", reply.metadata.src_node_id,
+                    reply.error.reason)  # fmt: skip
+                continue
+            m = reply.content.metric_records.get(K.METRICS)
+            info = reply.content.config_records.get(K.CHECKIN_INFO)
+            if m is None or info is None:
+                raise DataError(
+                    f"node {reply.metadata.src_node_id} answered the check-in without "
+                    f"'{K.METRICS}' MetricRecord and '{K.CHECKIN_INFO}' ConfigRecord; use "
+                    "edgetrain.integrations.flower.make_client_app for the ClientApp"
+                )
+            cid = int(m[K.CID])
+            if cid in rows:
+                raise DataError(f"two nodes claim edgetrain client id {cid}")
+            rows[cid] = (reply.metadata.src_node_id, dict(m), str(info[K.DEVICE_CLASS]))
+        n = len(rows)
+        if n == 0:
+            raise DataError("no node answered the check-in query")
+        if sorted(rows) != list(range(n)):
+            raise DataError(
+                f"check-in client ids {sorted(rows)} are not 0..{n - 1}; every node must "
+                "report a distinct partition id and all must answer"
+            )
+
+        def col(key: str) -> np.ndarray:
+            return np.array([rows[c][1][key] for c in range(n)], dtype=float)
+
+        self.node_of = {c: rows[c][0] for c in range(n)}
+        self.compute = col(K.COMPUTE)
+        self.device_class = [rows[c][2] for c in range(n)]
+        self.checkin = CheckIn(
+            n_samples=col(K.N_SAMPLES).astype(np.int64),
+            memory_budget=col(K.MEMORY_BUDGET),
+            step_time_s=col(K.STEP_TIME),
+            est_duration_s=col(K.EST_DURATION),
+            m_g=self.m_g,
+        )
+        log(INFO, "check-in: %d edgetrain clients", n)
+        return self.checkin
+
+    # -- plans --------------------------------------------------------------------------------
+    def plans_for(self, cids: list[int]) -> dict[int, PlanOutcome]:
+        """Plans for the selected clients whose budget is below M_G (clustered, cached)."""
+        assert self.checkin is not None
+        need = [c for c in cids if self.checkin.memory_budget[c] < self.m_g]
+        if self.plan_service is None or not need:
+            return {}
+        out = self.plan_service.plans_for_clients(
+            self.plan_strategy,
+            [float(self.checkin.memory_budget[c] / self.m_g) for c in need],
+            [float(self.compute[c]) for c in need],
+            [self.device_class[c] for c in need],
+            cluster=self.cluster,
+            seed=self.seed,
+        )
+        return dict(zip(need, out, strict=True))
+
+    # -- training -----------------------------------------------------------------------------
+    def configure_train(
+        self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
+    ) -> Iterable[Message]:
+        refresh = self.checkin_every > 0 and (server_round - 1) % self.checkin_every == 0
+        if self.checkin is None or refresh:
+            self.check_in(grid)
+        assert self.checkin is not None
+        k = min(self.clients_per_round, len(self.checkin))
+        selected = self.selector.select(server_round, self.checkin, k)
+        plans = self.plans_for(selected)
+        self._global = arrays.to_torch_state_dict()
+        self._pending = RoundLog(server_round, list(selected))
+        msgs = []
+        for cid in selected:
+            cfg = ConfigRecord(dict(config.items()))
+            cfg.update(
+                {
+                    K.ROUND: server_round,
+                    K.CID: cid,
+                    K.LOCAL_STEPS: self.local_steps,
+                    K.BATCH_SIZE: self.batch_size,
+                    K.LR: float(self.lr),
+                    K.PROXIMAL_MU: float(self.aggregator.proximal_mu),
+                    K.SEED: _seed(self.seed, server_round, cid, 2),
+                    K.PLAN_JSON: "",
+                    K.PLAN_FEASIBLE: False,
+                    K.PLAN_FRACTION: 1.0,
+                    K.PLAN_OVERHEAD: 1.0,
+                }
+            )
+            p = plans.get(cid)
+            if p is not None:
+                cfg[K.PLAN_FEASIBLE] = bool(p.feasible)
+                cfg[K.PLAN_FRACTION] = float(p.fraction)
+                cfg[K.PLAN_OVERHEAD] = float(p.overhead_factor)
+                if p.feasible and p.plan_json is not None:
+                    cfg[K.PLAN_JSON] = json.dumps(p.plan_json, sort_keys=True)
+                self._pending.plans[cid] = p.to_dict()
+            content = RecordDict({K.ARRAYS: arrays, K.CONFIG: cfg})
+            msgs.append(
+                Message(content, message_type=MessageType.TRAIN, dst_node_id=self.node_of[cid])
+            )
+        log(INFO, "configure_train: selected %s, %d with plans", selected, len(plans))
+        return msgs
+
+    def aggregate_train(
+        self, server_round: int, replies: Iterable[Message]
+    ) -> tuple[ArrayRecord | None, MetricRecord | None]:
+        rec = self._pending or RoundLog(server_round, [])
+        cid_of = {n: c for c, n in self.node_of.items()}
+        got: dict[int, Message] = {}
+        for reply in replies:
+            cid = cid_of.get(reply.metadata.src_node_id)
+            if cid is not None and cid in rec.selected:
+                got[cid] = reply
+        updates: list[tuple[dict[str, torch.Tensor], float]] = []
+        feedback: list[Feedback] = []
+        losses: list[tuple[float, float]] = []
+        durations: list[float] = []
+        for cid in rec.selected:
+            reply = got.get(cid)
+            n_cid = int(self.checkin.n_samples[cid]) if self.checkin is not None else 0
+            if reply is None or reply.has_error():
+                rec.failed.append(cid)
+                feedback.append(Feedback(cid, False, math.inf, math.nan, n_cid))
+                continue
+            m = reply.content.metric_records[K.METRICS]
+            dur = float(m[K.DURATION])
+            if self.deadline_s is not None and dur > self.deadline_s:
+                rec.late.append(cid)
+                feedback.append(Feedback(cid, False, dur, math.nan, n_cid))
+                continue
+            w = float(m[K.WEIGHT])
+            state = reply.content.array_records[K.ARRAYS].to_torch_state_dict()
+            updates.append((state, w))
+            rec.aggregated.append(cid)
+            if float(m.get(K.PLAN_EXECUTED, 0.0)) > 0:
+                rec.planned.append(cid)
+            durations.append(dur)
+            losses.append((float(m[K.MEAN_LOSS]), w))
+            feedback.append(Feedback(cid, True, dur, float(m[K.LOSS_SQ_MEAN]), int(w)))
+        self.selector.update(server_round, feedback)
+        rec.round_time_s = max(durations, default=0.0)
+        if rec.late and self.deadline_s is not None:
+            rec.round_time_s = self.deadline_s
+        self.sim_time_s += rec.round_time_s
+        if losses:
+            total = sum(w for _, w in losses)
+            rec.train_loss = sum(v * w for v, w in losses) / total
+        self.history.append(rec)
+        self._pending = None
+        metrics = MetricRecord(
+            {
+                "n-aggregated": len(rec.aggregated),
+                "n-failed": len(rec.failed),
+                "n-late": len(rec.late),
+                "round-time-s": rec.round_time_s,
+                "sim-time-s": self.sim_time_s,
+            }
+        )
+        if rec.train_loss is not None:
+            metrics[K.MEAN_LOSS] = rec.train_loss
+        if not updates or self._global is None:
+            return None, metrics
+        new = self.aggregator.aggregate(self._global, updates)
+        return ArrayRecord(new), metrics
+
+    # -- federated evaluation --------------------------------------------------------------------
+    def configure_evaluate(
+        self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
+    ) -> Iterable[Message]:
+        if self.evaluate_clients == 0 or not self.node_of:
+            return []
+        k = min(self.evaluate_clients, len(self.node_of))
+        cids = sorted(int(c) for c in self.rng.choice(len(self.node_of), k, replace=False))
+        msgs = []
+        for cid in cids:
+            cfg = ConfigRecord(dict(config.items()))
+            cfg.update({K.ROUND: server_round, K.CID: cid})
+            msgs.append(
+                Message(
+                    RecordDict({K.ARRAYS: arrays, K.CONFIG: cfg}),
+                    message_type=MessageType.EVALUATE,
+                    dst_node_id=self.node_of[cid],
+                )
+            )
+        return msgs
+
+    def aggregate_evaluate(
+        self, server_round: int, replies: Iterable[Message]
+    ) -> MetricRecord | None:
+        rows = [
+            r.content.metric_records[K.METRICS] for r in replies if not r.has_error()
+        ]  # fmt: skip
+        total = sum(float(m[K.WEIGHT]) for m in rows)
+        if not rows or total <= 0:
+            return None
+        return MetricRecord(
+            {
+                key: sum(float(m[key]) * float(m[K.WEIGHT]) for m in rows) / total
+                for key in (K.EVAL_LOSS, K.EVAL_ACC)
+            }
+        )
+
+    def summary(self) -> None:
+        log(INFO, "\t├──> selector: %s | aggregator: %s", self.selector.name, self.aggregator.name)
+        log(INFO, "\t├──> clients per round: %d | M_G: %.3g bytes", self.clients_per_round,
+            self.m_g)  # fmt: skip
+        log(INFO, "\t└──> plans: %s (%s)", "on" if self.plan_service else "off",
+            self.plan_strategy)  # fmt: skip
+
+
+def _seed(*parts: int) -> int:
+    """The seed keyed by ``(seed, round, client, 2)``: the one
+    :class:`~edgetrain.federated.server.FederatedServer` gives a client's local training."""
+    return int(np.random.SeedSequence([int(p) for p in parts]).generate_state(1)[0])

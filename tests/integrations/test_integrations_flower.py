@@ -1,0 +1,137 @@
+"""Flower interoperability: EdgetrainStrategy on Flower's simulation engine.
+
+Needs the ``flower`` extra (flwr[simulation], Python >= 3.11); skipped without it.
+One small simulation (4 nodes, 2 rounds, MobileNetV2 x0.25 on 400 MNIST samples) is
+shared by the end-to-end checks (module fixture) to keep the file under a minute.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import pytest
+
+flwr = pytest.importorskip(
+    "flwr", reason="flwr not installed: pip install 'edgetrain[flower]' (needs Python >= 3.11)"
+)
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+
+from edgetrain.errors import BudgetError, ConfigError  # noqa: E402
+from edgetrain.federated import FederatedConfig  # noqa: E402
+from edgetrain.federated.aggregators import FedAvg  # noqa: E402
+from edgetrain.federated.selectors import CheckIn, FedHybridSelector, RandomSelector  # noqa: E402
+from edgetrain.federated.server import FederatedServer, make_plan_service  # noqa: E402
+from edgetrain.integrations.flower import (  # noqa: E402
+    EdgetrainStrategy,
+    simulate,
+    train_on_client,
+)
+from edgetrain.integrations.flower import keys as K  # noqa: E402
+from edgetrain.integrations.flower.simulation import environment_for  # noqa: E402
+
+CFG = FederatedConfig.model_validate(
+    {
+        "seed": 0,
+        "fleet": {"clients": 4},
+        "data": {"max_samples": 400, "reshape": None},
+        "federated": {
+            "clients_per_round": 2,
+            "rounds": 2,
+            "local_steps": 2,
+            "batch_size": 8,
+            "method": "fedhybrid",
+        },
+        "model": {
+            "name": "mobilenetv2",
+            "options": {"width_mult": 0.25, "in_channels": 1, "input_size": 28, "num_classes": 10},
+        },
+        "memory": {"plan_batch": 4},
+    }
+)
+
+
+@pytest.fixture(scope="module")
+def env():
+    return environment_for(CFG.model_dump_json())
+
+
+@pytest.fixture(scope="module")
+def result(env):
+    return simulate(CFG, num_cpus=2)
+
+
+def _checkin(env) -> CheckIn:
+    return CheckIn(env.n_samples, env.budgets, env.step_time_s(), env.est_duration_s(), env.m_g)
+
+
+def test_selection_matches_the_in_process_server(env, result):
+    # the strategy built its CheckIn from the nodes' query replies; edgetrain's own server
+    # on the same config and seed must pick the same clients in round 1 (ids mapped right)
+    assert [r.round for r in result.rounds] == [1, 2]
+    server = FederatedServer(env)
+    assert server.selector.select(1, server._checkin, 2) == result.rounds[0].selected
+    seed = int(np.random.SeedSequence([CFG.seed, 7]).generate_state(1)[0])
+    sel = FedHybridSelector(seed=seed, epsilon=CFG.federated.epsilon)
+    assert sel.select(1, _checkin(env), 2) == result.rounds[0].selected
+
+
+def test_plans_ship_to_clients_below_m_g_and_are_executed(env, result):
+    below = {c for c in range(len(env.budgets)) if env.budgets[c] < env.m_g}
+    assert below, "the fixture fleet must hold a client that cannot fit the model"
+    for r in result.rounds:
+        assert set(r.plans) == below & set(r.selected)
+        for cid, p in r.plans.items():
+            assert p["strategy"] == "hybrid" and p["fraction"] <= env.budgets[cid] / env.m_g
+        feasible = {c for c, p in r.plans.items() if p["feasible"]}
+        assert set(r.planned) == feasible & set(r.aggregated)
+    assert any(r.planned for r in result.rounds)
+
+
+def test_rounds_aggregate_and_the_model_is_evaluated(env, result):
+    for r in result.rounds:
+        assert sorted(r.aggregated + r.failed + r.late) == r.selected
+        assert r.round_time_s > 0 and r.train_loss is not None and np.isfinite(r.train_loss)
+    assert set(result.accuracy) == {0, 1, 2}
+    assert all(0.0 <= a <= 1.0 for a in result.accuracy.values())
+    assert result.sim_time_s == pytest.approx(sum(r.round_time_s for r in result.rounds))
+    json.loads(json.dumps(result.to_json()))  # plain JSON
+
+
+def test_recompute_plan_trains_exactly_like_no_plan(env):
+    # recomputation changes memory, not maths: the shipped plan must give the same update
+    cid = int(np.argmin(env.budgets))
+    plans = env.plan_service or make_plan_service(env)
+    plan = plans.make_plan("recompute", 0.5)
+    assert plan.feasible and plan.decisions.get("recompute", 0) > 0
+    state = env.build_model().state_dict()
+    base = {K.SEED: 3, K.LOCAL_STEPS: 2, K.BATCH_SIZE: 8, K.LR: 0.05}
+    big = dataclasses.replace(env, m_g=1.0)  # fits everywhere: no kill, no pressure
+    plain, m0 = train_on_client(big, cid, state, base)
+    planned, m1 = train_on_client(
+        big, cid, state, {**base, K.PLAN_JSON: json.dumps(plan.plan_json), K.PLAN_FRACTION: 0.5}
+    )
+    assert m1[K.PLAN_EXECUTED] == 1.0 and m0[K.PLAN_EXECUTED] == 0.0
+    assert m1[K.LOSS_SQ_MEAN] == pytest.approx(m0[K.LOSS_SQ_MEAN], rel=1e-5)
+    for k, v in plain.items():
+        if v.is_floating_point():
+            torch.testing.assert_close(planned[k], v, rtol=1e-4, atol=1e-5)
+
+
+def test_a_client_above_physical_memory_is_killed(env):
+    huge = dataclasses.replace(env, m_g=float(env.hard_limits.max()) * 2)
+    with pytest.raises(BudgetError, match="physical memory"):
+        train_on_client(huge, 0, env.build_model().state_dict(), {K.LOCAL_STEPS: 1})
+
+
+def test_bad_strategy_arguments_name_the_field():
+    with pytest.raises(ConfigError, match="clients_per_round"):
+        EdgetrainStrategy(RandomSelector(), FedAvg(), clients_per_round=0, m_g=1.0)
+    with pytest.raises(ConfigError, match="plan_strategy"):
+        EdgetrainStrategy(
+            RandomSelector(), FedAvg(), clients_per_round=1, m_g=1.0, plan_strategy="zip"
+        )
+    with pytest.raises(ConfigError, match="m_g"):
+        EdgetrainStrategy(RandomSelector(), FedAvg(), clients_per_round=1, m_g=0.0)
