@@ -1,0 +1,40 @@
+"""The benchmark scripts without a test elsewhere run and print their tables."""
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _run(script: str, *args: str) -> str:
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    out = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / script), *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+        check=True,
+    )
+    return out.stdout
+
+
+def test_foundation_quick_prints_zoo_fleet_and_demo():
+    text = _run("foundation.py", "--quick")
+    assert re.search(r"cct2\s+283,723\s+280,000\s+\+1\.3%", text)
+    assert "memory mix over 2,000 generated devices" in text
+    acc = float(re.search(r"test accuracy=([0-9.]+)", text).group(1))
+    assert acc > 2 / 7  # one epoch on held-out subjects, 7 classes
+
+
+def test_traindeeploy_costs_prints_every_strategy_beside_the_paper():
+    text = _run("traindeeploy_costs.py")
+    for strategy in ["full", "lp", "ft-1", "lora-1", "ft-2", "lora-2"]:
+        assert re.search(rf"^\s+{re.escape(strategy)}\s+\d", text, re.M), strategy
+    ratio = float(re.search(r"trained_ft2_over_lora2: fused ([0-9.]+)", text).group(1))
+    assert 13 < ratio < 17  # TrainDeeploy: about 15x
+    gap = float(re.search(r"max_flops_gap: fused ([0-9.]+)", text).group(1))
+    assert gap < 0.15  # FLOPs within 15 % of Table I
