@@ -32,6 +32,7 @@ import math
 from typing import Any
 
 from edgetrain.graph.ir import Node, TrainGraph
+from edgetrain.memory.liveness import storage_root, tensor_names
 from edgetrain.memory.tiling import node_gemms, op_base
 
 FUSED_OP = "edgetrain.lora_linear_fused.default"
@@ -58,22 +59,6 @@ def _alias_map(nodes: list[Node]) -> dict[str, str]:
     return out
 
 
-def _root(aliases: dict[str, str], name: str) -> str:
-    while name in aliases:
-        name = aliases[name]
-    return name
-
-
-def _names_in(value: Any) -> set[str]:
-    if isinstance(value, str):
-        return {value}
-    if isinstance(value, dict):
-        return set().union(*(_names_in(v) for v in value.values())) if value else set()
-    if isinstance(value, list | tuple | set):
-        return set().union(*(_names_in(v) for v in value)) if value else set()
-    return set()
-
-
 def _fuse_group(
     graph: TrainGraph, module: str, phase: str, aliases: dict[str, str]
 ) -> tuple[list[int], list[Node], dict, set[str], dict] | None:
@@ -90,11 +75,14 @@ def _fuse_group(
     readers: dict[str, list[int]] = {}
     for i, n in enumerate(nodes):
         for t in set(n.inputs):
-            readers.setdefault(_root(aliases, t), []).append(i)
+            readers.setdefault(storage_root(aliases, t), []).append(i)
 
     def produced(group: set[int]) -> set[str]:
         return {
-            _root(aliases, o) for i in group if nodes[i].aliases is None for o in nodes[i].outputs
+            storage_root(aliases, o)
+            for i in group
+            if nodes[i].aliases is None
+            for o in nodes[i].outputs
         }
 
     # absorb autograd's gradient sums that read a chain output nobody else reads
@@ -108,15 +96,15 @@ def _fuse_group(
             for i, n in enumerate(nodes):
                 if i in group or n.phase != phase or op_base(n.op) != "add" or n.aliases:
                     continue
-                roots = {_root(aliases, t) for t in n.inputs}
+                roots = {storage_root(aliases, t) for t in n.inputs}
                 if any(r in inside and set(readers.get(r, [])) <= group | {i} for r in roots):
                     absorbed.add(i)
                     changed = True
     group = members | absorbed
     inside = produced(group)
     last = max(group)
-    outputs_meta = _names_in(graph.meta.get("outputs", {}))
-    out_roots = {_root(aliases, t) for t in outputs_meta}
+    outputs_meta = tensor_names(graph.meta.get("outputs", {}))
+    out_roots = {storage_root(aliases, t) for t in outputs_meta}
 
     def needed(r: str) -> bool:
         return r in out_roots or any(j not in group for j in readers.get(r, []))
@@ -143,14 +131,14 @@ def _fuse_group(
         if n.aliases is not None:
             continue
         for t in n.inputs:
-            r = _root(aliases, t)
+            r = storage_root(aliases, t)
             if r in inside:
                 continue
             target = residual if i in absorbed else ext_inputs
             if r not in target:
                 target.append(r)
     absorbed_out = [
-        _root(aliases, nodes[i].outputs[0]) for i in sorted(absorbed) if nodes[i].outputs
+        storage_root(aliases, nodes[i].outputs[0]) for i in sorted(absorbed) if nodes[i].outputs
     ]
     final_sum = [r for r in absorbed_out if r in needed_roots]
     if residual and len(final_sum) != 1:
@@ -164,7 +152,7 @@ def _fuse_group(
             continue
         base = op_base(n.op)
         for g in node_gemms(n, graph.tensors):
-            out_root = _root(aliases, n.outputs[0])
+            out_root = storage_root(aliases, n.outputs[0])
             bias = 0
             if base == "addmm":
                 bias = sum(graph.tensors[t].nbytes for t in n.inputs[:1] if t in graph.tensors)
@@ -226,7 +214,7 @@ def _fuse_group(
         n = nodes[i]
         if n.aliases is None:
             continue
-        if _root(aliases, n.aliases) in internal:
+        if storage_root(aliases, n.aliases) in internal:
             dropped.update(n.outputs)
             continue
         inserted.append(n)

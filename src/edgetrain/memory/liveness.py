@@ -55,7 +55,8 @@ class Buffer:
         return self.lower < other.upper and other.lower < self.upper
 
 
-def _storage_root(aliases: dict[str, str], name: str) -> str:
+def storage_root(aliases: dict[str, str], name: str) -> str:
+    """The tensor owning ``name``'s storage, following view aliases (bounded: a cycle cannot hang)."""
     seen = 0
     while name in aliases and seen < 10_000:
         name = aliases[name]
@@ -63,14 +64,14 @@ def _storage_root(aliases: dict[str, str], name: str) -> str:
     return name
 
 
-def _names_in(value: Any) -> set[str]:
-    """Tensor names in ``meta["outputs"]``: a list, or nested dicts of names."""
+def tensor_names(value: Any) -> set[str]:
+    """Tensor names in ``meta["outputs"]``: a name, or lists / nested dicts of names."""
     if isinstance(value, str):
         return {value}
     if isinstance(value, dict):
-        return set().union(*(_names_in(v) for v in value.values())) if value else set()
+        return set().union(*(tensor_names(v) for v in value.values())) if value else set()
     if isinstance(value, (list, tuple, set)):
-        return set().union(*(_names_in(v) for v in value)) if value else set()
+        return set().union(*(tensor_names(v) for v in value)) if value else set()
     return set()
 
 
@@ -96,21 +97,21 @@ def lifetimes(graph: Any) -> list[Buffer]:
             for out in node.outputs:
                 if out != node.aliases:
                     aliases[out] = node.aliases
-    outputs = _names_in(graph.meta.get("outputs", ()) if isinstance(graph.meta, dict) else ())
+    outputs = tensor_names(graph.meta.get("outputs", ()) if isinstance(graph.meta, dict) else ())
 
     lower: dict[str, int] = {}
     upper: dict[str, int] = {}
     phase_of: dict[str, str] = {}
 
     def touch(name: str, t: int) -> None:
-        root = _storage_root(aliases, name)
+        root = storage_root(aliases, name)
         if root not in lower:
             lower[root] = 0  # read before any node wrote it: a graph input
         upper[root] = max(upper.get(root, 0), t + 1)
 
     for t, node in enumerate(nodes):
         for out in node.outputs:
-            root = _storage_root(aliases, out)
+            root = storage_root(aliases, out)
             if root not in lower:
                 lower[root] = t
                 phase_of[root] = node.phase
