@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from edgetrain.data._io import files_in, fill_nan, read_table
 from edgetrain.data._labels import encode_present
 from edgetrain.data.dataset import Dataset
 from edgetrain.data.windows import window_step, windows_by_label
@@ -29,6 +30,38 @@ def subject_from_name(path: Path, pattern: str, fallback: int) -> int:
     """Subject id parsed from a file name (e.g. 'subject101.dat' -> 101), else ``fallback``."""
     m = re.search(pattern, path.name)
     return int(m.group(1)) if m else fallback
+
+
+def dat_recordings(
+    path_or_dir: str | Path,
+    *,
+    n_cols: int,
+    layout: str,
+    label_column: int,
+    label_desc: str,
+    channels: list[int],
+    subject_pattern: str,
+) -> list[Recording]:
+    """Read every whitespace-separated ``*.dat`` table (PAMAP2, OPPORTUNITY) into recordings.
+
+    The label column must hold integers (a NaN or fraction is a DataError naming the file);
+    missing sensor readings are filled per channel; the subject comes from the file name.
+    """
+    recordings = []
+    for i, f in enumerate(files_in(path_or_dir, "*.dat", layout)):
+        table = read_table(f, n_cols, layout)
+        raw = table[:, label_column]
+        if np.isnan(raw).any() or (raw != np.round(raw)).any():
+            raise DataError(f"{f}: {label_desc} must hold integers; expected {layout}")
+        recordings.append(
+            Recording(
+                fill_nan(table[:, channels]),
+                raw.astype(np.int64),
+                subject_from_name(f, subject_pattern, i + 1),
+                f,
+            )
+        )
+    return recordings
 
 
 def windowed_dataset(

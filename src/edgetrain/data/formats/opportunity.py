@@ -14,11 +14,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import numpy as np
-
-from edgetrain.data._io import files_in, fill_nan, read_table
 from edgetrain.data.dataset import Dataset
-from edgetrain.data.formats._recordings import Recording, subject_from_name, windowed_dataset
+from edgetrain.data.formats._recordings import dat_recordings, windowed_dataset
 from edgetrain.data.windows import window_step
 from edgetrain.errors import DataError
 
@@ -80,20 +77,15 @@ def load_opportunity(
     if channels not in CHANNEL_SETS:
         raise DataError(f"channels must be one of {sorted(CHANNEL_SETS)}, got {channels!r}")
     cols = CHANNEL_SETS[channels]
-    recordings = []
-    for i, f in enumerate(files_in(path_or_dir, "*.dat", LAYOUT)):
-        table = read_table(f, N_COLS, LAYOUT)
-        raw = table[:, LABEL_COLUMNS[label]]
-        if np.isnan(raw).any() or (raw != np.round(raw)).any():
-            raise DataError(f"{f}: the {label} label column must hold integers; expected {LAYOUT}")
-        recordings.append(
-            Recording(
-                fill_nan(table[:, cols]),
-                raw.astype(np.int64),
-                subject_from_name(f, r"S(\d+)", i + 1),
-                f,
-            )
-        )
+    recordings = dat_recordings(
+        path_or_dir,
+        n_cols=N_COLS,
+        layout=LAYOUT,
+        label_column=LABEL_COLUMNS[label],
+        label_desc=f"the {label} label column",
+        channels=cols,
+        subject_pattern=r"S(\d+)",
+    )
     return windowed_dataset(
         "opportunity",
         recordings,

@@ -13,11 +13,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import numpy as np
-
-from edgetrain.data._io import files_in, fill_nan, read_table
 from edgetrain.data.dataset import Dataset
-from edgetrain.data.formats._recordings import Recording, subject_from_name, windowed_dataset
+from edgetrain.data.formats._recordings import dat_recordings, windowed_dataset
 from edgetrain.data.windows import window_step
 from edgetrain.errors import DataError
 
@@ -82,20 +79,15 @@ def load_pamap2(
     """
     cols, names = _columns(channels)
     window_step(window, overlap)  # reject bad window options before reading files
-    recordings = []
-    for i, f in enumerate(files_in(path_or_dir, "*.dat", LAYOUT)):
-        table = read_table(f, N_COLS, LAYOUT)
-        raw = table[:, 1]
-        if np.isnan(raw).any() or (raw != np.round(raw)).any():
-            raise DataError(f"{f}: column 2 (activity id) must hold integers; expected {LAYOUT}")
-        recordings.append(
-            Recording(
-                fill_nan(table[:, cols]),
-                raw.astype(np.int64),
-                subject_from_name(f, r"subject(\d+)", i + 1),
-                f,
-            )
-        )
+    recordings = dat_recordings(
+        path_or_dir,
+        n_cols=N_COLS,
+        layout=LAYOUT,
+        label_column=1,
+        label_desc="column 2 (activity id)",
+        channels=cols,
+        subject_pattern=r"subject(\d+)",
+    )
     return windowed_dataset(
         "pamap2",
         recordings,
