@@ -37,15 +37,22 @@ QUICK_PLAN_MODEL = {
     "name": "mobilenetv2",
     "options": {"width_mult": 0.1, "in_channels": 1, "input_size": 16},
 }
-ABLATIONS = ("fedhybrid", "fedhybrid-noselector", "fedhybrid-nocompress", "fedhybrid-nopredictor")
+ABLATIONS = (
+    "fedhybrid", "fedhybrid-noselector", "fedhybrid-nooptimizer", "fedhybrid-nocompress",
+    "fedhybrid-nopredictor",
+)  # fmt: skip
 
 
-def task_config(quick: bool, aggregator: str, seed: int) -> FederatedConfig:
+def task_config(
+    quick: bool, aggregator: str, seed: int, rounds: int | None = None, m_g: str | None = None
+) -> FederatedConfig:
     scale = (
         {"clients": 12, "rounds": 3, "per_round": 4, "samples": 400, "steps": 1}
         if quick
         else {"clients": 100, "rounds": 40, "per_round": 10, "samples": 3000, "steps": 5}
     )
+    if rounds is not None:
+        scale["rounds"] = rounds
     d = {
         "name": f"tta-{aggregator}",
         "seed": seed,
@@ -58,7 +65,7 @@ def task_config(quick: bool, aggregator: str, seed: int) -> FederatedConfig:
             "local_steps": scale["steps"], "batch_size": 16, "lr": 0.05,
             "aggregator": aggregator, "mu": 0.01, "yogi": {"eta": 0.01, "tau": 1e-3},
         },
-        "memory": {"m_g": "share:0.4", "plan_batch": 2 if quick else 8,
+        "memory": {"m_g": m_g or "share:0.4", "plan_batch": 2 if quick else 8,
                    "bucket": 0.1 if quick else 0.05,
                    "plan_model": QUICK_PLAN_MODEL if quick else PLAN_MODEL},
         "clock": PHONE_CLOCK,
@@ -105,7 +112,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--aggregators", default="fedprox,fedyogi")
     ap.add_argument("--json", action="store_true", help="print one JSON object only")
+    ap.add_argument("--out", default=None, help="also write the JSON object to this file")
     ap.add_argument("--no-scale", action="store_true", help="skip the scale figure")
+    ap.add_argument("--no-ablations", action="store_true", help="skip the Fig. 17 ablations")
+    ap.add_argument("--rounds", type=int, default=None, help="rounds (default 40; quick 3)")
+    ap.add_argument(
+        "--m-g", default=None,
+        help="M_G override, e.g. 100MB: every client fits (Oort-Oracle of FedHybrid Fig. 1)",
+    )  # fmt: skip
+    ap.add_argument(
+        "--methods", default=",".join(COMPARE_METHODS), help="methods of the tables"
+    )  # fmt: skip
     ap.add_argument(
         "--extend", type=float, default=3.0,
         help="a method below the target runs on up to EXTEND x rounds (within Random's time)",
@@ -114,11 +131,12 @@ def main(argv: list[str] | None = None) -> int:
     out: dict = {"tables": {}, "ablations": {}}
     t0 = time.perf_counter()
     for agg in args.aggregators.split(","):
-        cfg = task_config(args.quick, agg, args.seed)
+        cfg = task_config(args.quick, agg, args.seed, args.rounds, args.m_g)
         env = build_environment(cfg)
-        rows, recs = compare(cfg, COMPARE_METHODS, env=env, extend_factor=args.extend)
+        methods = tuple(args.methods.split(","))
+        rows, recs = compare(cfg, methods, env=env, extend_factor=args.extend)
         out["tables"][agg] = rows
-        if agg == "fedprox":
+        if agg == "fedprox" and not args.no_ablations:
             done = {r["method"]: (recs[r["method"]], r["wall_s"]) for r in rows if "wall_s" in r}
             abl, _ = compare(
                 cfg, ("random",) + ABLATIONS, env=env, cached=done, extend_factor=args.extend
@@ -127,6 +145,9 @@ def main(argv: list[str] | None = None) -> int:
     if not args.no_scale:
         out["scale"] = scale_figure(args.quick)
     out["wall_s"] = time.perf_counter() - t0
+    if args.out:
+        with open(args.out, "w") as fh:
+            json.dump(out, fh)
     if args.json:
         print(json.dumps(out))
         return 0
@@ -145,7 +166,15 @@ def main(argv: list[str] | None = None) -> int:
     for agg, rows in out["ablations"].items():
         print(f"\nFig. 17 ablations (+{agg}): speedup vs Random")
         for r in rows:
-            print(f"  {r['method']:<24}{fmt_speed(r):>10}  final {100 * r['final_accuracy']:.2f}%")
+            print(f"  {r['method']:<24}{fmt_speed(r):>10}  final {100 * r['final_accuracy']:.2f}%"
+                  f"  regenerations {r['regenerations']}"
+                  f"  compressed clients {r['compressed_clients']}")  # fmt: skip
+    for agg, rows in out["tables"].items():
+        print(f"\nparticipation by memory class (+{agg}): completed / selected")
+        for r in rows:
+            if "participation" in r:
+                cells = "  ".join(f"{c} {v[1]}/{v[0]}" for c, v in r["participation"].items())
+                print(f"  {r['method']:<18}{cells}")
     if "scale" in out:
         s = out["scale"]
         print(f"\nscale: {s['clients']} clients x {s['per_round']} per round in-process: "

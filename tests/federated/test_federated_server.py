@@ -65,25 +65,86 @@ def test_resume_equals_uninterrupted(env, plans, tmp_path, method, agg):
 
 
 def test_outcomes_follow_memory(env, plans):
-    rec = FederatedServer(env, "random", "fedavg", None, plans).run(3)
-    outs = [r["outcomes"] for r in rec]
-    # Random without plans: clients below M_G train under page reclaim, none are planned
-    assert sum(o["pressure"] for o in outs) > 0 and sum(o["planned"] for o in outs) == 0
-    # the same random selections with FedHybrid's plans: the over-budget clients get a plan
-    fh = FederatedServer(env, "fedhybrid-noselector", "fedavg", None, plans).run(3)
-    for a, b in zip(rec, fh, strict=True):
-        assert a["selected"] == b["selected"]
-        assert b["outcomes"]["planned"] == a["outcomes"]["pressure"] > 0 or (
-            b["outcomes"]["planned"] == a["outcomes"]["pressure"] == 0
-        )
-        assert b["outcomes"]["pressure"] == 0
-        assert b["round_time_s"] <= a["round_time_s"]
-    for r in rec + fh:
+    rnd = FederatedServer(env, "random", "fedavg", None, plans)
+    fh = FederatedServer(env, "fedhybrid-noselector", "fedavg", None, plans)
+    rescued = 0
+    for cid in range(len(env.fleet)):
+        a, b = rnd._client_round(1, cid), fh._client_round(1, cid)
+        # without a plan the demand is M_G: killed above physical memory, else it trains
+        if env.m_g > env.hard_limits[cid]:
+            assert a.outcome == "killed" and a.cost is None
+        else:
+            assert a.outcome in ("fit", "pressure") and a.cost is not None
+        if b.plan is not None and b.plan.feasible:
+            demand = b.plan.fraction * env.m_g
+            assert b.outcome == ("killed" if demand > env.hard_limits[cid] else b.outcome)
+            if demand <= env.hard_limits[cid]:
+                assert b.outcome in ("planned", "pressure")
+                rescued += a.outcome == "killed"
+    assert rescued > 0  # plans let clients train that physical memory kills otherwise
+    rec = rnd.run(3)
+    fhr = fh.run(3)
+    for a, b in zip(rec, fhr, strict=True):
+        assert a["selected"] == b["selected"]  # same random selections
+        assert b["n_aggregated"] >= a["n_aggregated"]
+    for r in rec + fhr:
         assert sum(r["outcomes"].values()) == r["n_selected"] == 4
         assert sum(v["selected"] for v in r["participation"].values()) == 4
         assert r["accuracy"] is not None and 0 <= r["accuracy"] <= 1
-        assert r["energy_j"] > 0
-        assert r["sim_time_s"] > 0
+        assert r["energy_j"] > 0 and r["sim_time_s"] > 0
+        assert {"regenerations", "regenerations_total", "page_faults"} <= set(r)
+
+
+def test_regeneration_rule_fires_mid_round_and_is_counted(env, plans, monkeypatch):
+    """A budget that collapses mid-round: FedHybrid regenerates, the ablation does not."""
+    import numpy as np
+
+    from edgetrain.federated import server as srv
+    from edgetrain.sim.round_memory import BudgetTrace, ClientMemoryState
+
+    cid = next(c for c in range(len(env.fleet)) if env.m_g < env.hard_limits[c])
+    b0 = 0.8 * env.m_g
+    trace = np.array([b0] * 10 + [0.3 * env.m_g] * 4000)  # collapses as the round starts
+
+    def fake_trace(mm, p, ub, seed, warmup_s, horizon_s):
+        return BudgetTrace(trace, np.ones_like(trace), 10)
+
+    monkeypatch.setattr(srv, "budget_trace", fake_trace)
+    out = {}
+    for method in ("fedhybrid", "fedhybrid-nopredictor"):
+        s = FederatedServer(env, method, "fedavg", None, plans)
+        s.client_mem[cid] = ClientMemoryState(window_s=2.0, faults=[0], static_budget=b0)
+        out[method] = (s._client_round(1, cid), s.client_mem[cid])
+    c, st = out["fedhybrid"]
+    assert c.regenerated and st.regenerations == 1 and st.window_s == pytest.approx(1.8)
+    assert c.plan.fraction < 0.8  # the new plan is for the collapsed budget
+    # lmkd killed it more than TP2 = 3 times: the rule regenerates before the round
+    s = FederatedServer(env, "fedhybrid", "fedavg", None, plans)
+    s.client_mem[cid] = ClientMemoryState(window_s=2.0, kills=4)
+    k = s._client_round(1, cid)
+    assert k.regenerated and s.client_mem[cid].kills == 0
+    assert s.client_mem[cid].window_s == pytest.approx(1.8)
+    n, nst = out["fedhybrid-nopredictor"]
+    assert not n.regenerated and nst.regenerations == 0
+    assert n.outcome == "pressure" and n.cost.total_s > c.cost.total_s
+    assert n.pages > c.pages
+
+
+def test_without_optimizer_clients_plan_on_device(env, plans):
+    cid = next(
+        c for c in range(len(env.fleet))
+        if env.budgets[c] < env.m_g and 0.5 * env.m_g < env.hard_limits[c]
+    )  # fmt: skip
+    srv = FederatedServer(env, "fedhybrid-nocompress", "fedavg", None, plans)
+    own = FederatedServer(env, "fedhybrid-nooptimizer", "fedavg", None, plans)
+    a, b = srv._client_round(1, cid), own._client_round(1, cid)
+    assert a.plan.strategy == b.plan.strategy == "recompute"
+    # the server's plan is for a 5% bucket, the client's own for its exact budget (0.1%)
+    assert round(a.plan.fraction / 0.1, 6) % 1 == 0 or a.plan.fraction == 1.0
+    assert b.plan.fraction >= a.plan.fraction
+    assert b.plan.plan_s > 0
+    if b.cost is not None and a.cost is not None and b.plan.fraction == a.plan.fraction:
+        assert b.cost.compute_s > a.cost.compute_s  # it paid 9x the planner time on device
 
 
 def test_dropouts_and_deadline_still_complete_rounds(plans):

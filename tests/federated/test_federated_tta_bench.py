@@ -11,7 +11,8 @@ def test_tta_benchmark_quick(capsys):
     spec = importlib.util.spec_from_file_location("fedhybrid_tta", BENCH)
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
-    argv = ["--quick", "--aggregators", "fedprox", "--no-scale", "--json", "--extend", "1.5"]
+    argv = ["--quick", "--aggregators", "fedprox", "--no-scale", "--json", "--extend", "1.5",
+            "--methods", "random,oort,fedhybrid"]  # fmt: skip
     assert mod.main(argv) == 0
     out = json.loads(capsys.readouterr().out)
     rows = out["tables"]["fedprox"]
@@ -28,6 +29,11 @@ def test_tta_benchmark_quick(capsys):
         # below the target a method may run on (up to 1.5 x 3 rounds) while its simulated
         # time is below Random's
         assert r["rounds"] == 3 or (r["rounds"] == 4 and r["method"] != "random")
+        parts = r["participation"]  # [selected, completed] per memory class
+        assert sum(v[0] for v in parts.values()) >= 4 * 3
+        assert all(0 <= v[1] <= v[0] for v in parts.values())
+        assert r["regenerations"] >= 0 and r["compressed_clients"] >= 0
+    assert [r["method"] for r in rows] == ["random", "oort", "fedhybrid"]
     abl = [r["method"] for r in out["ablations"]["fedprox"]]
-    assert abl == ["random", "fedhybrid", "fedhybrid-noselector", "fedhybrid-nocompress",
-                   "fedhybrid-nopredictor"]  # fmt: skip
+    assert abl == ["random", "fedhybrid", "fedhybrid-noselector", "fedhybrid-nooptimizer",
+                   "fedhybrid-nocompress", "fedhybrid-nopredictor"]  # fmt: skip

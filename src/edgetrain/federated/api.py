@@ -40,6 +40,17 @@ def run_federated(
     return server, records
 
 
+def participation(records: Sequence[dict[str, Any]]) -> dict[str, list[int]]:
+    """Per memory class: [selected, completed] summed over a run's rounds."""
+    out: dict[str, list[int]] = {}
+    for r in records:
+        for cls, v in r["participation"].items():
+            row = out.setdefault(cls, [0, 0])
+            row[0] += int(v["selected"])
+            row[1] += int(v["completed"])
+    return dict(sorted(out.items(), key=lambda kv: float(kv[0].rstrip("GB"))))
+
+
 def compare(
     cfg: FederatedConfig,
     methods: Sequence[str] = COMPARE_METHODS,
@@ -118,6 +129,9 @@ def compare(
                 "rounds": s["rounds"],
                 "sim_time_s": s["sim_time_s"],
                 "wall_s": walls[m],
+                "participation": participation(records[m]),
+                "regenerations": sum(int(r.get("regenerations", 0)) for r in records[m]),
+                "compressed_clients": sum(int(r.get("compressed_clients", 0)) for r in records[m]),
             }
         )
     return rows, records

@@ -3,8 +3,13 @@
 ``technique`` is how a client whose budget is below M_G trains: ``none`` (over budget, under
 page reclaim, or killed), a plan strategy (``hybrid`` = FedHybrid's graph optimizer,
 ``recompute`` = Melon-like, ``swap`` = Capuchin-like, ``compress`` = GACT-like, applied
-uniformly), or ``heterofl`` (a width-scaled submodel that fits). ``predictor`` False uses an
-instantaneous memory reading instead of the Memory Budget Predictor (Fig. 17 ablation).
+uniformly), or ``heterofl`` (a width-scaled submodel that fits). ``predictor`` False uses the
+memory reading at the round's start as a fixed budget instead of the Memory Budget
+Predictor (eq. 10) and never regenerates its plan (Fig. 17 / Fig. 19(b) baseline);
+``regenerate`` applies the predictor's plan-regeneration rule mid-round (FedHybrid's
+local engine only). ``optimizer`` False removes the server-side graph optimizer: each
+client makes its own plan on the device with Melon's plan generation (``recompute``) for
+its exact budget, and pays the on-device generation time (FedHybrid §5.4).
 """
 
 from __future__ import annotations
@@ -17,19 +22,22 @@ class MethodSpec:
     selector: str
     technique: str
     predictor: bool = True
+    regenerate: bool = False
+    optimizer: bool = True
 
 
 METHODS: dict[str, MethodSpec] = {
     "random": MethodSpec("random", "none"),
     "oort": MethodSpec("oort", "none"),
-    "fedhybrid": MethodSpec("fedhybrid", "hybrid"),
+    "fedhybrid": MethodSpec("fedhybrid", "hybrid", regenerate=True),
     "heterofl": MethodSpec("random", "heterofl"),
     "oort+recompute": MethodSpec("oort", "recompute"),
     "oort+swap": MethodSpec("oort", "swap"),
     "oort+compress": MethodSpec("oort", "compress"),
     # Fig. 17 ablations
-    "fedhybrid-noselector": MethodSpec("random", "hybrid"),
-    "fedhybrid-nocompress": MethodSpec("fedhybrid", "recompute"),
+    "fedhybrid-noselector": MethodSpec("random", "hybrid", regenerate=True),
+    "fedhybrid-nooptimizer": MethodSpec("fedhybrid", "recompute", regenerate=True, optimizer=False),
+    "fedhybrid-nocompress": MethodSpec("fedhybrid", "recompute", regenerate=True),
     "fedhybrid-nopredictor": MethodSpec("fedhybrid", "hybrid", predictor=False),
 }
 #: the seven methods ``--compare`` runs (issue 6)

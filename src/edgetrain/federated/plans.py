@@ -33,6 +33,11 @@ from edgetrain.errors import BudgetError, ConfigError
 from edgetrain.sim.clock import TRAIN_FLOPS_PER_FORWARD
 
 STRATEGIES = ("hybrid", "recompute", "compress", "swap")
+# FedHybrid §5.4 / Fig. 20(c): a client generating its own execution plan on the device is
+# 9x slower than the server's generation (ablation "without the graph optimizer").
+ON_DEVICE_PLAN_SLOWDOWN = 9.0
+# resolution of a client's exact budget when it plans for itself (no bucket): 0.1% of M_G
+EXACT_RESOLUTION = 1e-3
 
 
 @dataclass(frozen=True)
@@ -45,6 +50,10 @@ class PlanOutcome:
     overhead_factor: float
     decisions: dict[str, int] = field(default_factory=dict)
     plan_json: dict[str, Any] | None = None
+    # share of the plan's saved-activation bytes held compressed, per codec: what the
+    # client's local training passes through that codec (edgetrain.federated.local)
+    compress_share: dict[str, float] = field(default_factory=dict)
+    plan_s: float = 0.0  # measured planner seconds (CPU of this host) for this plan
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -53,6 +62,8 @@ class PlanOutcome:
             "feasible": self.feasible,
             "overhead_factor": self.overhead_factor,
             "decisions": dict(self.decisions),
+            "compress_share": dict(self.compress_share),
+            "plan_s": self.plan_s,
         }
 
 
@@ -119,19 +130,22 @@ class PlanService:
         if fraction >= 1.0:
             return PlanOutcome(strategy, 1.0, True, 1.0, {"keep": len(prof.units)})
         t0 = time.perf_counter()
+        c0 = time.process_time()
         self.planner_calls += 1
         unplanned = _unplanned_peak(prof)
         try:
             p: ExecutionPlan = plan(prof, max(1, int(fraction * unplanned)), strategy)
         except BudgetError:
             self.plan_s += time.perf_counter() - t0
-            return PlanOutcome(strategy, fraction, False, 1.0)
+            return PlanOutcome(strategy, fraction, False, 1.0, plan_s=time.process_time() - c0)
+        cpu_s = time.process_time() - c0
         self.plan_s += time.perf_counter() - t0
         step_s = TRAIN_FLOPS_PER_FORWARD * max(sum(prof.item_s), 1e-9)
         factor = 1.0 + p.predicted_overhead_s / step_s
         return PlanOutcome(
-            strategy, fraction, True, float(factor), p.decision_counts(), p.to_json()
-        )
+            strategy, fraction, True, float(factor), p.decision_counts(), p.to_json(),
+            compress_share=compress_share(p), plan_s=cpu_s,
+        )  # fmt: skip
 
     def outcome(self, strategy: str, bucket: float) -> PlanOutcome:
         """The (memoised) planner result for a bucketed fraction."""
@@ -145,6 +159,16 @@ class PlanService:
         n = int(round(1.0 / self.bucket))
         for j in range(1, n):
             self.outcome(strategy, round(j * self.bucket, 6))
+
+    def plan_exact(self, strategy: str, fraction: float) -> PlanOutcome:
+        """A plan for the client's own budget (no bucket, no cluster, no cache key): what a
+        client without the server-side optimizer generates itself."""
+        f = math.floor(fraction / EXACT_RESOLUTION + 1e-9) * EXACT_RESOLUTION
+        if f <= 0:
+            return PlanOutcome(strategy, 0.0, False, 1.0)
+        if f >= 1.0:
+            return PlanOutcome(strategy, 1.0, True, 1.0)
+        return self.outcome(strategy, round(f, 6))
 
     def plan_for(self, strategy: str, fraction: float, device_class: str) -> PlanOutcome:
         """Cached plan for a client with budget ``fraction`` of M_G in ``device_class``."""
@@ -169,6 +193,8 @@ class PlanService:
             o = PlanOutcome(
                 r["strategy"], float(r["fraction"]), bool(r["feasible"]),
                 float(r["overhead_factor"]), dict(r.get("decisions") or {}),
+                compress_share={k: float(v) for k, v in (r.get("compress_share") or {}).items()},
+                plan_s=float(r.get("plan_s", 0.0)),
             )  # fmt: skip
             self.table[(o.strategy, round(o.fraction, 6))] = o
 
@@ -202,6 +228,18 @@ class PlanService:
                     if device_classes[i] == dc:
                         out[i] = p
         return [o for o in out if o is not None]
+
+
+def compress_share(p: ExecutionPlan) -> dict[str, float]:
+    """Per codec, the share of the plan's saved-activation bytes its compressed units hold."""
+    total = sum(u.saved_bytes for u in p.units)
+    out: dict[str, float] = {}
+    if total <= 0:
+        return out
+    for u in p.units:
+        if u.decision == "compress" and u.codec:
+            out[u.codec] = out.get(u.codec, 0.0) + u.saved_bytes / total
+    return {k: round(v, 6) for k, v in sorted(out.items())}
 
 
 def _unplanned_peak(prof: ModelProfile) -> int:

@@ -7,10 +7,14 @@ One round (FedHybrid §4.1 workflow):
 3. each selected client gets the model and, under a plan technique, an execution plan
    from the :class:`~edgetrain.federated.plans.PlanService` (clustered, cached);
 4. its memory outcome decides how it trains (fits / planned / over budget under page
-   reclaim / killed above physical memory — :mod:`edgetrain.sim.memory`), it may drop out
-   (probability ``dropout``), and its simulated round time and energy follow from
-   :mod:`edgetrain.sim.clock`; clients past the deadline are discarded (the round ends at
-   the deadline), the others train for real on their partition;
+   reclaim / killed above physical memory — :mod:`edgetrain.sim.memory`); its budget for
+   the round comes from an app-usage memory trace, predicted by eq. 10 (with FedHybrid's
+   plan-regeneration rule applied mid-round) or, without the predictor, a fixed first
+   reading (:mod:`edgetrain.sim.round_memory`); it may drop out (probability ``dropout``),
+   and its simulated round time and energy follow from :mod:`edgetrain.sim.clock`; clients
+   past the deadline are discarded (the round ends at the deadline), the others train for
+   real on their partition, passing the plan's compressed share of activations through the
+   plan's codec (:mod:`edgetrain.federated.local`);
 5. the aggregator combines the successful updates (weights = sample counts);
 6. the global model is evaluated on the held-out test set (real accuracy and loss).
 
@@ -37,16 +41,31 @@ from edgetrain.errors import ConfigError
 from edgetrain.federated.aggregators import Aggregator, make_aggregator
 from edgetrain.federated.environment import Environment
 from edgetrain.federated.methods import METHODS, MethodSpec
-from edgetrain.federated.plans import PlanOutcome, PlanService
+from edgetrain.federated.plans import ON_DEVICE_PLAN_SLOWDOWN, PlanOutcome, PlanService
 from edgetrain.federated.selectors import CheckIn, Feedback, Selector, make_selector
 from edgetrain.runs import RunDir, load_state, save_state
-from edgetrain.sim.clock import ClientCost, client_cost, pressure_factor
+from edgetrain.sim.clock import PRESSURE_SLOWDOWN_CAL, ClientCost, client_cost
 from edgetrain.sim.executor import ClientTask, InProcessExecutor
+from edgetrain.sim.round_memory import (
+    REGEN_PLAN_BYTES,
+    TP1,
+    TP2,
+    TRACE_STEP_S,
+    WS_ADJ,
+    ClientMemoryState,
+    budget_trace,
+    predict,
+    train_through,
+)
 
 # HeteroFL width levels (Diao et al. 2020, §3: model complexity levels a-e are width
 # ratios 1, 1/2, 1/4, 1/8, 1/16). Activation memory scales ~ width, FLOPs ~ width^2.
 HETEROFL_WIDTHS = (1.0, 0.5, 0.25, 0.125, 0.0625)
 OUTCOMES = ("fit", "planned", "submodel", "pressure", "killed", "dropped", "late")
+PLAN_TECHNIQUES = ("hybrid", "recompute", "compress", "swap")
+# The budget trace covers the slowest round: full pressure (x PRESSURE_SLOWDOWN_CAL) on a
+# plan with this overhead factor; past it the last budget holds (round_memory).
+MAX_TRACE_OVERHEAD = 3.0
 
 
 @dataclass
@@ -60,6 +79,8 @@ class ClientRound:
     pressure: float
     cost: ClientCost | None
     plan: PlanOutcome | None
+    regenerated: bool = False  # the predictor's rule fired and a new plan was fetched
+    pages: int = 0  # pages reclaimed over the round (the rule's fault count)
 
 
 def _seed(*parts: int) -> int:
@@ -104,6 +125,8 @@ class FederatedServer:
         self.round = 0
         self.sim_time = 0.0
         self.records: list[dict[str, Any]] = []
+        self.client_mem: dict[int, ClientMemoryState] = {}  # predictor state per client
+        self.regenerations = 0
         tech = self.method.technique
         if (
             tech == "heterofl"
@@ -127,6 +150,7 @@ class FederatedServer:
             self.plans.precompute(tech)
             if run_dir is not None:
                 run_dir.write_json("plans.json", self.plans.to_json())
+        self._plans_written = len(self.plans.table) if self.plans is not None else 0
         self.executor_name = executor or fcfg.executor
         if self.executor_name == "inprocess":
             self.executor: Any = InProcessExecutor(self._build_width, self._data_for)
@@ -163,15 +187,52 @@ class FederatedServer:
         return self.env.train.x[idx], self.env.train.y[idx]
 
     def _client_round(self, r: int, cid: int) -> ClientRound:
-        """Memory outcome, dropout and cost of one selected client (no training yet)."""
+        """Memory outcome, dropout and cost of one selected client (no training yet).
+
+        The client's budget comes from a fresh app-usage trace of this round
+        (:mod:`edgetrain.sim.round_memory`): predicted by eq. 10 (or, without the
+        predictor, its first reading kept as a fixed budget), then trained through it, so a
+        budget that shrinks mid-round costs page reclaim (or, under FedHybrid's local
+        engine, triggers the regeneration rule and a new plan).
+        """
         env, f = self.env, self.env.config.federated
         p = env.fleet[cid]
-        rng = np.random.default_rng(_seed(env.config.seed, r, cid, 1))
-        actual = float(env.budgets[cid])  # what the device really has free this round
-        believed = actual if self.method.predictor else env.memory.measured_budget(p, rng, actual)
         tech = self.method.technique
+        st = self.client_mem.setdefault(cid, ClientMemoryState())
+        steps_samples = f.local_steps * f.batch_size
+        base_cost = client_cost(
+            p, samples=steps_samples, flops_per_sample=env.flops_per_sample,
+            model_bytes=env.model_bytes,
+        )  # fmt: skip
+        if st.window_s is None:  # W starts as one local epoch on the device (§4.4.2)
+            epoch = client_cost(
+                p, samples=int(env.n_samples[cid]), flops_per_sample=env.flops_per_sample,
+                model_bytes=env.model_bytes,
+            ).compute_s  # fmt: skip
+            st.window_s = max(TRACE_STEP_S, epoch)
+        # long enough for the slowest case: full pressure on a planned step (x2 margin)
+        horizon = 2.0 * PRESSURE_SLOWDOWN_CAL * base_cost.compute_s * MAX_TRACE_OVERHEAD
+        tr = budget_trace(
+            env.memory, p, float(env.budgets[cid]), _seed(env.config.seed, r, cid, 5),
+            st.window_s, horizon,
+        )  # fmt: skip
+        if self.method.predictor:
+            believed = predict(tr, tr.start, st.window_s)
+        else:  # the reading at the start of its first round, kept as a fixed budget
+            if st.static_budget is None:
+                st.static_budget = float(tr.budget[tr.start - 1])
+            believed = st.static_budget
+        regen_here = self.method.regenerate and tech in PLAN_TECHNIQUES
+        pre_regen = regen_here and st.kills > TP2
+        if pre_regen:  # lmkd killed it more than TP2 times: regenerate before training
+            st.window_s = max(TRACE_STEP_S, st.window_s * WS_ADJ)
+            believed = predict(tr, tr.start, st.window_s)
+            st.kills = 0
+            st.regenerations += 1
         demand, overhead, width, plan = env.m_g, 1.0, 1.0, None
+        device_plan_s = 0.0
         outcome = "fit"
+        cls = env.memory_class(cid)
         if tech == "heterofl":
             width = next(
                 (w for w in HETEROFL_WIDTHS if w * env.m_g <= believed), HETEROFL_WIDTHS[-1]
@@ -180,28 +241,75 @@ class FederatedServer:
             outcome = "submodel" if width < 1.0 else "fit"
         elif tech != "none" and env.m_g > believed:
             assert self.plans is not None
-            plan = self.plans.plan_for(tech, believed / env.m_g, env.memory_class(cid))
+            if self.method.optimizer:
+                plan = self.plans.plan_for(tech, believed / env.m_g, cls)
+            else:  # the client plans for itself, on the device (Melon's generation)
+                plan = self.plans.plan_exact(tech, believed / env.m_g)
+                device_plan_s = ON_DEVICE_PLAN_SLOWDOWN * plan.plan_s
             if plan.feasible:
                 demand, overhead, outcome = plan.fraction * env.m_g, plan.overhead_factor, "planned"
         if demand > env.hard_limits[cid]:
-            return ClientRound(cid, "killed", width, overhead, 1.0, None, plan)
-        press = pressure_factor(demand, actual)
-        if press > 1.0:
-            outcome = "pressure"
+            st.kills += 1
+            return ClientRound(cid, "killed", width, overhead, 1.0, None, plan, pre_regen)
         if np.random.default_rng(_seed(env.config.seed, r, cid, 3)).random() < f.dropout:
-            return ClientRound(cid, "dropped", width, overhead, press, None, plan)
+            return ClientRound(cid, "dropped", width, overhead, 1.0, None, plan, pre_regen)
+        regen_box: list[PlanOutcome] = []
+
+        def regen(i: int) -> tuple[float, float] | None:
+            """FedHybrid's rule fired: shrink W, predict anew, fetch a plan for it."""
+            st.window_s = max(TRACE_STEP_S, float(st.window_s) * WS_ADJ)
+            st.regenerations += 1
+            st.kills = 0
+            nb = predict(tr, i, st.window_s)
+            if nb >= env.m_g:
+                return None
+            assert self.plans is not None
+            np_ = self.plans.plan_for(tech, nb / env.m_g, cls)
+            regen_box.append(np_)
+            if np_.feasible and np_.fraction * env.m_g < demand:
+                return np_.fraction * env.m_g, np_.overhead_factor
+            return None
+
+        avg = float(np.mean(st.faults)) if st.faults else None
+        limit = TP1 * avg if (regen_here and avg is not None and plan is not None) else math.inf
+        rm = train_through(
+            tr, base_cost.compute_s * width * width, demand, overhead,
+            regen=regen if regen_here and plan is not None else None, fault_limit=limit,
+        )  # fmt: skip
+        st.faults.append(int(rm.pages))
+        if regen_box:
+            plan = regen_box[-1] if regen_box[-1].feasible else plan
+        base = base_cost.compute_s * width * width
+        ovh_eff = rm.work_s / base if base > 0 else 1.0
+        press = rm.elapsed_s / rm.work_s if rm.work_s > 0 else 1.0
+        if press > 1.0 + 1e-9:
+            outcome = "pressure"
         cost = client_cost(
             p,
-            samples=f.local_steps * f.batch_size,
+            samples=steps_samples,
             flops_per_sample=env.flops_per_sample,
             model_bytes=env.model_bytes * width * width,
-            overhead_factor=overhead,
-            pressure=press,
+            overhead_factor=max(1.0, ovh_eff),
+            pressure=max(1.0, press),
             compute_scale=width * width,
+            extra_compute_s=device_plan_s,
+            extra_rx_bytes=REGEN_PLAN_BYTES if (rm.regenerated or pre_regen) else 0.0,
         )
         if f.deadline_s is not None and cost.total_s > f.deadline_s:
-            return ClientRound(cid, "late", width, overhead, press, cost, plan)
-        return ClientRound(cid, outcome, width, overhead, press, cost, plan)
+            return ClientRound(
+                cid,
+                "late",
+                width,
+                overhead,
+                press,
+                cost,
+                plan,
+                rm.regenerated or pre_regen,
+                rm.pages,
+            )
+        return ClientRound(
+            cid, outcome, width, overhead, press, cost, plan, rm.regenerated or pre_regen, rm.pages
+        )
 
     # -- one round --------------------------------------------------------------------------
     def run_round(self) -> dict[str, Any]:
@@ -221,13 +329,17 @@ class FederatedServer:
                 f.lr,
                 self.aggregator.proximal_mu,
                 _seed(env.config.seed, r, c.cid, 2),
+                _codec_share(c),
             )  # fmt: skip
             for c in train
         ]
         results = self.executor.run(self.global_state, tasks)
         updates = [(res.state, float(res.n_samples)) for res in results]
         self.global_state = self.aggregator.aggregate(self.global_state, updates)
-        # simulated round time: the slowest aggregated client, or the deadline if any was late
+        # simulated round time: the slowest aggregated client, or the deadline if any was
+        # late. Killed and dropped clients do not hold the round: the FL service on the phone
+        # reports a training process that lmkd killed (or a user who left), so the server
+        # does not wait for them (an assumption that favours the methods that get killed).
         done_s = [c.cost.total_s for c in train if c.cost is not None]
         late = any(c.outcome == "late" for c in rounds)
         round_s = max(done_s, default=0.0)
@@ -267,6 +379,8 @@ class FederatedServer:
             if c.plan is not None and c.plan.feasible and c.outcome in ("planned", "pressure"):
                 for d, n in c.plan.decisions.items():
                     plan_decisions[d] = plan_decisions.get(d, 0) + n
+        regens = sum(int(c.regenerated) for c in rounds)
+        self.regenerations += regens
         rec = {
             "round": r,
             "method": self.method_name,
@@ -281,6 +395,10 @@ class FederatedServer:
             "participation": dict(sorted(participation.items())),
             "outcomes": decisions,
             "plan_decisions": plan_decisions,
+            "compressed_clients": sum(1 for t in tasks if t.codec_share),
+            "regenerations": regens,
+            "regenerations_total": self.regenerations,
+            "page_faults": int(sum(c.pages for c in rounds)),
             "train_loss": (float(np.mean([res.mean_loss for res in results])) if results else None),
             "energy_j": float(sum(energy)),
             "energy_j_per_client": float(np.mean(energy)) if energy else 0.0,
@@ -322,11 +440,18 @@ class FederatedServer:
             "method": self.method_name,
             "aggregator": self.aggregator_name,
             "selector": self.selector.state_dict(),
+            "regenerations": self.regenerations,
+            "clients": {str(c): m.to_json() for c, m in sorted(self.client_mem.items())},
         }
         tmp = ck / "state.json.tmp"
         tmp.write_text(json.dumps(state))
         tmp.replace(ck / "state.json")
         self.run_dir.save_model(self.global_state)
+        if self.plans is not None and self._plans_written != len(self.plans.table):
+            # plans made during the run (clients planning for themselves) are kept, so a
+            # resumed run reuses the same planner results
+            self.run_dir.write_json("plans.json", self.plans.to_json())
+            self._plans_written = len(self.plans.table)
 
     def resume(self) -> bool:
         """Load the run directory's checkpoint; False if there is none."""
@@ -347,6 +472,10 @@ class FederatedServer:
             {k[4:]: v for k, v in tensors.items() if k.startswith("agg.")}
         )
         self.selector.load_state_dict(state["selector"])
+        self.regenerations = int(state.get("regenerations", 0))
+        self.client_mem = {
+            int(c): ClientMemoryState.from_json(m) for c, m in state.get("clients", {}).items()
+        }
         self.round = int(state["round"])
         self.sim_time = float(state["sim_time_s"])
         # metrics written after the checkpoint (a crash mid-round) are dropped
@@ -355,6 +484,16 @@ class FederatedServer:
         path.write_text("".join(json.dumps(m, sort_keys=True) + "\n" for m in rows))
         self.records = rows
         return True
+
+
+def _codec_share(c: ClientRound) -> tuple[tuple[str, float], ...]:
+    """The codecs a client's plan compresses with (and their byte shares), if it trains
+    under that plan."""
+    if c.plan is None or not c.plan.feasible or c.outcome not in ("planned", "pressure"):
+        return ()
+    if c.plan.fraction >= 1.0:
+        return ()
+    return tuple(sorted(c.plan.compress_share.items()))
 
 
 def _spec_defaults(name: str) -> dict[str, Any]:

@@ -4,6 +4,8 @@
   cost model; every constant cites its source)
 * :mod:`~edgetrain.sim.memory` — a client's memory budget per round and the
   memory-pressure / kill outcome of training over it
+* :mod:`~edgetrain.sim.round_memory` — a client's budget along an app-usage trace in
+  one round, the predictor (eq. 10) and its plan-regeneration rule
 * :mod:`~edgetrain.sim.executor` — the in-process executor (client state as data)
 """
 
@@ -17,8 +19,22 @@ from edgetrain.sim.clock import (
 )
 from edgetrain.sim.executor import ClientTask, InProcessExecutor, slice_state
 from edgetrain.sim.memory import MemoryModel
+from edgetrain.sim.round_memory import (
+    BudgetTrace,
+    ClientMemoryState,
+    RoundMemory,
+    budget_trace,
+    predict,
+    train_through,
+)
 
 __all__ = [
+    "BudgetTrace",
+    "ClientMemoryState",
+    "RoundMemory",
+    "budget_trace",
+    "predict",
+    "train_through",
     "PRESSURE_RUNNING_SHARE",
     "PRESSURE_SLOWDOWN_CAL",
     "TRAIN_FLOPS_PER_FORWARD",

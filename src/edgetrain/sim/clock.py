@@ -82,10 +82,14 @@ def client_cost(
     overhead_factor: float = 1.0,
     pressure: float = 1.0,
     compute_scale: float = 1.0,
+    extra_compute_s: float = 0.0,
+    extra_rx_bytes: float = 0.0,
 ) -> ClientCost:
     """Round time and energy of ``device`` training ``samples`` samples (see module doc).
 
-    ``compute_scale`` scales the FLOPs (HeteroFL submodels of width r: r^2).
+    ``compute_scale`` scales the FLOPs (HeteroFL submodels of width r: r^2);
+    ``extra_compute_s`` is on-device work besides training (a client generating its own
+    plan); ``extra_rx_bytes`` are downloads besides the model (regenerated plans).
     """
     if samples < 0 or flops_per_sample < 0 or model_bytes < 0:
         raise ConfigError("samples, flops_per_sample and model_bytes must be >= 0")
@@ -95,15 +99,18 @@ def client_cost(
         samples * flops_per_sample * TRAIN_FLOPS_PER_FORWARD * compute_scale / device.compute_flops
     )
     planned = base * overhead_factor
+    if extra_compute_s < 0 or extra_rx_bytes < 0:
+        raise ConfigError("extra_compute_s and extra_rx_bytes must be >= 0")
     compute = planned * pressure
     penalty = compute - planned
-    down = transfer_time_s(device, model_bytes)
+    compute += extra_compute_s
+    down = transfer_time_s(device, model_bytes + extra_rx_bytes)
     up = transfer_time_s(device, model_bytes)
     energy = energy_j(
         device,
-        compute_s=planned + PRESSURE_RUNNING_SHARE * penalty,
+        compute_s=planned + extra_compute_s + PRESSURE_RUNNING_SHARE * penalty,
         idle_s=(1.0 - PRESSURE_RUNNING_SHARE) * penalty,
         tx_bytes=model_bytes,
-        rx_bytes=model_bytes,
+        rx_bytes=model_bytes + extra_rx_bytes,
     )
     return ClientCost(down, compute, up, penalty, energy)

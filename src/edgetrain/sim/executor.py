@@ -31,6 +31,9 @@ class ClientTask:
     lr: float
     proximal_mu: float
     seed: int
+    # the plan's compressed share of activation bytes per codec ((name, share), ...):
+    # local training passes that share through the codec (edgetrain.federated.local)
+    codec_share: tuple[tuple[str, float], ...] = ()
 
 
 def slice_state(global_state: Mapping[str, torch.Tensor], like: Mapping[str, torch.Tensor]):
@@ -82,6 +85,7 @@ class InProcessExecutor:
                     lr=t.lr,
                     generator=gen,
                     proximal_mu=t.proximal_mu,
+                    codec_share=dict(t.codec_share),
                 )  # fmt: skip
             )
         return out

@@ -57,6 +57,8 @@ class _Worker:
         from edgetrain.federated.local import local_train
         from edgetrain.sim.executor import slice_state
 
+        task = dict(task)
+        task["codec_share"] = tuple((str(c), float(v)) for c, v in task.get("codec_share", ()))
         t = ClientTask(**task)
         model = self._model(t.width)
         model.load_state_dict(slice_state(st_load(state_bytes), model.state_dict()))
@@ -64,6 +66,7 @@ class _Worker:
         res = local_train(
             model, self.x[idx], self.y[idx], steps=t.steps, batch_size=t.batch_size, lr=t.lr,
             generator=torch.Generator().manual_seed(t.seed), proximal_mu=t.proximal_mu,
+            codec_share=dict(t.codec_share),
         )  # fmt: skip
         nums = {"n_samples": res.n_samples, "trained_samples": res.trained_samples,
                 "loss_sq_mean": res.loss_sq_mean, "mean_loss": res.mean_loss}  # fmt: skip
