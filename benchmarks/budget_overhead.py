@@ -9,7 +9,11 @@ step-time ratio = median(plan) / median(none) of the same run in process CPU
 time (one intra-op thread; wall-time ratio also recorded), measured peak
 (accountant: bytes held by saved tensors) vs budget, predicted peak, max |grad
 error| vs unplanned.  Infeasible budgets print the method's minimum feasible
-budget.  Baselines on the same accountant:
+budget.  ``swap`` writes real files, but on this server they land in the page
+cache (RAM speed), so its step time also includes the simulated phone-storage
+time of every write/read (:class:`IoContentionModel`: eUFS 3.1 bandwidths shared
+with 4 background I/O issuers, FedHybrid §3 and §4.3.1); without it swap would
+look nearly free here.  Baselines on the same accountant:
 
 * ``ckpt-all``: ``torch.utils.checkpoint(use_reentrant=False)`` on every planner
   unit (block); budget-independent.  Its recomputed tensors live in torch's

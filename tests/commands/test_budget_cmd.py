@@ -36,7 +36,7 @@ def test_budget_json_fields(capsys, tmp_path):
     assert row["measured_peak_bytes"] <= row["predicted_peak_bytes"] <= row["budget_bytes"]
     assert sum(row["decisions"].values()) == row["units"]
     assert row["decisions"]["keep"] < row["units"]
-    assert json.loads(plan_path.read_text())["version"] == 2
+    assert json.loads(plan_path.read_text())["version"] == 3
 
 
 def test_budget_recompute_is_exact_and_table_output(capsys):

@@ -2,7 +2,8 @@
 
 profile_model -> plan (hybrid | recompute | compress | swap | none) -> ExecutionPlan
 -> PlanExecutor (measured by MemoryAccountant; units keep / recompute / compress /
-swap, cheap leaves regen); BudgetPredictor for the budget itself.
+swap, cheap leaves and leaf chains regen, ReLU-family leaves mask); BudgetPredictor
+for the budget itself.
 """
 
 from edgetrain.engine.budget.accountant import MemoryAccountant, peak_rss_bytes
@@ -11,6 +12,7 @@ from edgetrain.engine.budget.plan import PLAN_VERSION, ExecutionPlan, UnitDecisi
 from edgetrain.engine.budget.planner import METHODS, minimum_budget, plan, simulate
 from edgetrain.engine.budget.predictor import BudgetPredictor, MemorySample, sample_linux
 from edgetrain.engine.budget.profile import (
+    MaskProfile,
     ModelProfile,
     RegenProfile,
     UnitProfile,
@@ -26,6 +28,7 @@ __all__ = [
     "BudgetReport",
     "ExecutionPlan",
     "IoContentionModel",
+    "MaskProfile",
     "MemoryAccountant",
     "MemorySample",
     "ModelProfile",

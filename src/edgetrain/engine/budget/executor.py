@@ -6,7 +6,11 @@ Each planned unit's ``forward`` is wrapped (an instance attribute, removed on ex
 * ``compress`` — runs under ``saved_tensors_hooks`` that encode float tensors with
   the plan's codec at pack time and decode at unpack time (the encoded ``bytes``
   are what is held).
-* ``swap`` — same hooks, writing tensors to files (:mod:`.swap`).
+* ``swap`` — same hooks, writing tensors to files (:mod:`.swap`).  The file lands
+  in this server's page cache (RAM-speed), not on a phone's flash, so every swap
+  write/read also adds the :class:`~.swap.IoContentionModel` time of a phone's
+  UFS under background I/O to ``simulated_io_s``; the runner adds it to the
+  measured step time (the executor's I/O is synchronous: nothing overlaps it).
 * ``recompute`` — selective activation checkpointing with the mechanism of
   ``torch.utils.checkpoint(use_reentrant=False)``: during forward every saved
   tensor of the unit becomes a placeholder; the first unpack in backward re-runs
@@ -21,7 +25,14 @@ Each planned unit's ``forward`` is wrapped (an instance attribute, removed on ex
   a placeholder holding the leaf's *input* (which the leaf saves anyway) and the
   view geometry; in backward the leaf re-runs on that input (no grad, buffers
   restored) and the consumer gets the identical view.  One regeneration is shared
-  by all consumers while any of them still holds it.
+  by all consumers while any of them still holds it.  A chained regen (``chain =
+  [head, ..., tail]``, e.g. BatchNorm -> ReLU6) re-runs every leaf of the chain
+  from the head's input (the head saves it anyway), so the tail's input need not
+  be held either.
+* ``mask`` (a ReLU / ReLU6 / Hardtanh leaf) — the leaf runs under hooks that hold
+  its one saved tensor as packed bits of "inside the linear range" and hand the
+  backward a stand-in with the same predicate (:mod:`.mask`): bit-identical
+  gradients.  Skipped inside recomputed units (nothing of theirs is held).
 """
 
 from __future__ import annotations
@@ -39,9 +50,10 @@ from torch import nn
 from edgetrain.compress import make_codec
 from edgetrain.compress.base import Codec
 from edgetrain.engine.budget.accountant import MemoryAccountant, model_state_tensors, storage_key
+from edgetrain.engine.budget.mask import PackedMask, decode_mask, encode_mask
 from edgetrain.engine.budget.plan import ExecutionPlan
-from edgetrain.engine.budget.profile import MIN_COMPRESS_NUMEL
-from edgetrain.engine.budget.swap import swap_in, swap_out
+from edgetrain.engine.budget.profile import MASKABLE, MIN_COMPRESS_NUMEL, mask_range
+from edgetrain.engine.budget.swap import IoContentionModel, swap_in, swap_out
 from edgetrain.errors import ConfigError
 
 
@@ -71,13 +83,29 @@ class _Placeholder:
 
 
 class _RegenSource:
-    """A regenerable leaf output: the leaf's forward, its input, the output's version."""
+    """A regenerable leaf output: the leaves' forwards (head first), the head's input,
+    the output's version."""
 
-    __slots__ = ("mod", "fn", "arg", "version", "cache", "__weakref__")
+    __slots__ = ("mods", "fns", "arg", "version", "cache", "__weakref__")
 
-    def __init__(self, mod: nn.Module, fn: Callable, arg: torch.Tensor, version: int) -> None:
-        self.mod, self.fn, self.arg, self.version = mod, fn, arg, version
+    def __init__(
+        self,
+        mods: tuple[nn.Module, ...],
+        fns: tuple[Callable, ...],
+        arg: torch.Tensor,
+        version: int,
+    ) -> None:
+        self.mods, self.fns, self.arg, self.version = mods, fns, arg, version
         self.cache: weakref.ref | None = None
+
+
+class _Masked:
+    """What autograd stores for a masked ReLU-family tensor."""
+
+    __slots__ = ("mask", "__weakref__")
+
+    def __init__(self, mask: PackedMask) -> None:
+        self.mask = mask
 
 
 class _RegenRef:
@@ -111,9 +139,16 @@ class PlanExecutor:
         accountant: MemoryAccountant | None = None,
         codecs: dict[str, Codec] | None = None,
         swap_dir: str | None = None,
+        io: IoContentionModel | None = None,
     ) -> None:
         self.model = model
         self.plan = plan
+        if io is None:
+            saved = plan.meta.get("io_model") if isinstance(plan.meta, dict) else None
+            io = IoContentionModel(**saved) if saved else IoContentionModel()
+        self.io = io
+        #: simulated phone-storage seconds of this executor's swap I/O (see module doc)
+        self.simulated_io_s = 0.0
         self.acc = accountant or MemoryAccountant(exclude=model_state_tensors(model))
         self._codecs = dict(codecs or {})
         self._swap_dir = swap_dir
@@ -123,26 +158,46 @@ class PlanExecutor:
         self._encoded: dict[int, tuple[weakref.ref, weakref.ref]] = {}
         # storage pointer of a live regenerable output -> (weakref to it, its source)
         self._regen: dict[int, tuple[weakref.ref, _RegenSource]] = {}
+        # chain head module id -> (weakref to its last input, storage of its output, version)
+        self._heads: dict[int, tuple[weakref.ref, int, int]] = {}
 
     # -- installation ---------------------------------------------------------
     def __enter__(self) -> PlanExecutor:
         names = dict(self.model.named_modules())
-        # units first, regen last: a regen wrapper composes with a unit wrapper on one module
-        order = sorted(self.plan.units, key=lambda u: u.decision == "regen")
+        recomputed = [u.name for u in self.plan.units if u.decision == "recompute"]
+
+        def in_recomputed(n: str) -> bool:
+            return any(r == "" or n == r or n.startswith(r + ".") for r in recomputed)
+
+        # units first, then masks, regen last: wrappers compose on one module
+        order = sorted(self.plan.units, key=lambda u: {"regen": 2, "mask": 1}.get(u.decision, 0))
         for u in order:
             if u.decision == "keep":
                 continue
-            if u.name not in names:
-                raise ConfigError(
-                    f"plan unit {u.name!r} is not a module of this model; "
-                    f"the plan was made for a different model"
-                )
+            for n in [u.name, *(u.chain or [])]:
+                if n not in names:
+                    raise ConfigError(
+                        f"plan unit {n!r} is not a module of this model; "
+                        f"the plan was made for a different model"
+                    )
             mod = names[u.name]
-            if u.decision == "regen":
-                wrapped = "forward" in vars(mod)
-                mod.forward = self._wrap_regen(mod)
-                if not wrapped:
-                    self._installed.append(mod)
+            if u.decision in ("regen", "mask"):
+                if u.decision == "mask":
+                    if in_recomputed(u.name):
+                        continue
+                    if mask_range(mod) is None:
+                        raise ConfigError(
+                            f"plan masks {u.name!r} ({type(mod).__name__}); only "
+                            f"{', '.join(t.__name__ for t in MASKABLE)} leaves can be masked"
+                        )
+                    self._install(mod, self._wrap_mask(mod))
+                elif u.chain and len(u.chain) > 1:
+                    heads = [names[n] for n in u.chain[:-1]]
+                    for h in heads[:1]:
+                        self._install(h, self._wrap_head(h))
+                    self._install(mod, self._wrap_regen(mod, [names[n] for n in u.chain]))
+                else:
+                    self._install(mod, self._wrap_regen(mod))
                 continue
             if u.decision == "swap" and self._swap_dir is None:
                 self._swap_dir = tempfile.mkdtemp(prefix="edgetrain-swap-")
@@ -151,9 +206,16 @@ class PlanExecutor:
             self._installed.append(mod)
         return self
 
+    def _install(self, mod: nn.Module, fwd: Callable) -> None:
+        wrapped = "forward" in vars(mod)
+        mod.forward = fwd
+        if not wrapped:
+            self._installed.append(mod)
+
     def __exit__(self, *exc: object) -> None:
         self._encoded.clear()
         self._regen.clear()
+        self._heads.clear()
         for mod in self._installed:
             del mod.forward
         self._installed.clear()
@@ -183,9 +245,59 @@ class PlanExecutor:
         return run
 
     # -- regen ------------------------------------------------------------------
-    def _wrap_regen(self, mod: nn.Module) -> Callable:
+    def _wrap_head(self, mod: nn.Module) -> Callable:
+        """Remember the chain head's input and output storage (weakly) for the tail."""
+        inner = vars(mod).get("forward", type(mod).forward.__get__(mod))
+
+        def run(x, *a, **k):
+            out = inner(x, *a, **k)
+            if isinstance(x, torch.Tensor) and isinstance(out, torch.Tensor) and not a and not k:
+                self._heads[id(mod)] = (weakref.ref(x), storage_key(out)[0], out._version)
+            return out
+
+        return run
+
+    def _wrap_mask(self, mod: nn.Module) -> Callable:
+        inner = vars(mod).get("forward", type(mod).forward.__get__(mod))
+        lo, hi = mask_range(mod)
+        saves_input = MASKABLE[type(mod)] == "input"
+
+        def run(x, *a, **k):
+            if not torch.is_grad_enabled() or not isinstance(x, torch.Tensor):
+                return inner(x, *a, **k)
+            xkey = storage_key(x)[0]
+
+            def pack(t: torch.Tensor) -> object:
+                is_input = storage_key(t)[0] == xkey and t.shape == x.shape
+                if (
+                    is_input != saves_input
+                    or t.dtype != x.dtype
+                    or not t.is_floating_point()
+                    or self.acc.is_excluded(t)
+                ):
+                    return self.acc.pack_keep(t)  # not the tensor a mask stands for
+                h = _Masked(encode_mask(t, lo, hi))
+                self.acc.hold_bytes(h.mask.nbytes, h)
+                return h
+
+            def unpack(h: object) -> torch.Tensor:
+                if isinstance(h, _Masked):
+                    out = decode_mask(h.mask)
+                    self.acc.hold_tensor(out, out)
+                    return out
+                return self.acc.unpack_keep(h)
+
+            with torch.autograd.graph.saved_tensors_hooks(pack, unpack):
+                return inner(x, *a, **k)
+
+        return run
+
+    def _wrap_regen(self, mod: nn.Module, chain: list[nn.Module] | None = None) -> Callable:
         orig = type(mod).forward.__get__(mod)
         inner = vars(mod).get("forward", orig)  # a unit wrapper already installed
+        chain = chain or [mod]
+        fns = tuple(type(m).forward.__get__(m) for m in chain)
+        head = chain[0]
 
         def run(x, *a, **k):
             out = inner(x, *a, **k)
@@ -196,7 +308,18 @@ class PlanExecutor:
                 and isinstance(out, torch.Tensor)
                 and torch.is_grad_enabled()
             ):
-                src = _RegenSource(mod, orig, x, out._version)
+                arg = x
+                if head is not mod:  # chained: regenerate from the head's input
+                    seen = self._heads.get(id(head))
+                    arg = seen[0]() if seen is not None else None
+                    if (
+                        arg is None
+                        or seen[1] != storage_key(x)[0]
+                        or seen[2] != x._version
+                        or len(chain) != 2  # longer chains: intermediate inputs unverified
+                    ):
+                        return out
+                src = _RegenSource(tuple(chain), fns, arg, out._version)
                 key = storage_key(out)[0]
                 self._regen[key] = (weakref.ref(out), src)
                 weakref.finalize(out, self._forget_regen, key, src)
@@ -224,10 +347,12 @@ class PlanExecutor:
         src = ref.src
         base = src.cache() if src.cache is not None else None
         if base is None:
-            buffers = [b.detach().clone() for b in src.mod.buffers()]
+            buffers = [(b, b.detach().clone()) for m in src.mods for b in m.buffers()]
             with torch.no_grad():
-                base = src.fn(src.arg)
-            for b, old in zip(src.mod.buffers(), buffers, strict=True):
+                base = src.arg
+                for fn in src.fns:
+                    base = fn(base)
+            for b, old in buffers:
                 b.data.copy_(old)
             src.cache = weakref.ref(base)
             self.acc.hold_tensor(base, base)
@@ -281,7 +406,10 @@ class PlanExecutor:
         if self._small_or_exact(t):
             return self.acc.pack_keep(t)
         h = self._cached(t)
-        return h if h is not None else self._remember(t, swap_out(t, self._swap_dir))
+        if h is not None:
+            return h
+        self.simulated_io_s += self.io.write_s(t.numel() * t.element_size())
+        return self._remember(t, swap_out(t, self._swap_dir))
 
     def _unpack_encoded(self, h: object) -> torch.Tensor:
         if isinstance(h, _RegenRef):
@@ -290,6 +418,7 @@ class PlanExecutor:
             out = h.codec.decode(h.data)
         elif hasattr(h, "path"):
             out = swap_in(h)
+            self.simulated_io_s += self.io.read_s(out.numel() * out.element_size())
         else:
             return self.acc.unpack_keep(h)
         self.acc.hold_tensor(out, out)  # decoded copy lives until autograd drops it

@@ -9,22 +9,26 @@ from typing import Any
 
 from edgetrain.errors import ConfigError
 
-PLAN_VERSION = 2  # 2 adds the "regen" decision; version-1 plans are still read
-READABLE_VERSIONS = (1, 2)
-DECISIONS = ("keep", "recompute", "compress", "swap", "regen")
+# 2 adds the "regen" decision; 3 adds "mask" and chained regen; older plans are still read
+PLAN_VERSION = 3
+READABLE_VERSIONS = (1, 2, 3)
+DECISIONS = ("keep", "recompute", "compress", "swap", "regen", "mask")
 
 
 @dataclass
 class UnitDecision:
     name: str  # qualified nn.Module name ("" is the whole model)
     # one of DECISIONS; "regen": consumers of this leaf's output drop their copy and
-    # regenerate it from the leaf's own saved input in backward
+    # regenerate it from the leaf's own saved input in backward (or, with ``chain``,
+    # from the chain head's saved input through every leaf of the chain); "mask": the
+    # ReLU-family leaf holds its saved tensor as an exact 1-bit range mask
     decision: str
     codec: str | None = None  # for "compress": mix | int8 | int4
     saved_bytes: int = 0  # bytes the unit saves when kept
     held_bytes: int = 0  # bytes it holds under this decision (predicted)
     cost_s: float = 0.0  # predicted purge + regain time (eq. 5 denominator)
     mps: float | None = None  # MPS (eq. 5) at the moment it was chosen
+    chain: list[str] | None = None  # regen only: leaves from head to this one (tail)
 
     def __post_init__(self) -> None:
         if self.decision not in DECISIONS:

@@ -28,6 +28,12 @@ output a consumer saves while the leaf saves its own input) can be switched to
 ``regen`` by ``recompute`` and ``hybrid``: the consumer's copy is not held, it is
 rematerialised (one leaf forward) at the consumer's backward step.
 
+Also finer than units, mask candidates (:class:`MaskProfile`: a ReLU-family leaf
+whose one saved tensor nobody else saves) can be switched to ``mask`` by ``hybrid``
+(exact lossless compression to 1 bit per element; its MPS is the highest of all
+because the cost is one compare + bit pack).  A mask and a regen that would both
+replace the same tensor exclude each other.
+
 Baselines on the same walk: ``recompute`` (only recompute, Melon-like), ``compress``
 (uniform int8, then int4; GACT-like), ``swap`` (Capuchin-like, to storage under
 :class:`IoContentionModel`), ``none`` (keep everything).
@@ -40,7 +46,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from edgetrain.engine.budget.plan import ExecutionPlan, UnitDecision
-from edgetrain.engine.budget.profile import ModelProfile, RegenProfile, UnitProfile
+from edgetrain.engine.budget.profile import MaskProfile, ModelProfile, RegenProfile, UnitProfile
 from edgetrain.engine.budget.swap import IoContentionModel
 from edgetrain.errors import BudgetError, ConfigError
 
@@ -67,6 +73,12 @@ REGEN_METHODS = ("recompute", "hybrid")
 _REGEN_LADDER: dict[tuple[str, str | None], list[tuple[str, str | None]]] = {
     ("keep", None): [("regen", None)]
 }
+#: methods that may hold ReLU-family tensors as exact 1-bit masks
+MASK_METHODS = ("hybrid",)
+_MASK_LADDER: dict[tuple[str, str | None], list[tuple[str, str | None]]] = {
+    ("keep", None): [("mask", None)]
+}
+Fine = RegenProfile | MaskProfile
 
 State = tuple[str, str | None]
 
@@ -75,21 +87,41 @@ State = tuple[str, str | None]
 class _Ctx:
     profile: ModelProfile
     io: IoContentionModel
+    #: the walk's live states (None: units alone); fine choices shrink what a kept unit holds
+    states: dict[str, State] | None = None
 
-    def held(self, u: UnitProfile | RegenProfile, s: State) -> int:
+    def _fine_saving(self, u: UnitProfile) -> int:
+        if not self.states:
+            return 0
+        gone = 0
+        for m in self.profile.masks:
+            if m.key in u.saved and self.states.get(m.state_key, ("keep",))[0] == "mask":
+                gone += m.nbytes - m.mask_bytes
+        dropped = {
+            r.out_key
+            for r in self.profile.regens
+            if self.states.get(r.state_key, ("keep",))[0] == "regen"
+        }
+        return gone + sum(b for k, b in u.saved.items() if k in dropped)
+
+    def held(self, u: UnitProfile | Fine, s: State) -> int:
+        if isinstance(u, MaskProfile):
+            return u.nbytes if s[0] == "keep" else u.mask_bytes
         if isinstance(u, RegenProfile):
             return u.out_bytes if s[0] == "keep" else 0
         if s[0] == "keep":
-            return u.saved_bytes
+            return max(u.saved_bytes - self._fine_saving(u), 0)
         if s[0] == "recompute":
             return sum(u.inputs.values())
         if s[0] == "compress":
             return u.codecs[s[1]].held_bytes
         return u.saved_bytes - u.float_bytes  # swap
 
-    def cost(self, u: UnitProfile | RegenProfile, s: State) -> float:
+    def cost(self, u: UnitProfile | Fine, s: State) -> float:
         if s[0] == "keep":
             return 0.0
+        if isinstance(u, MaskProfile):
+            return u.cost_s
         if isinstance(u, RegenProfile):
             return u.regen_cost()
         if s[0] == "recompute":
@@ -99,11 +131,11 @@ class _Ctx:
             return c.encode_s + c.decode_s
         return self.io.write_s(u.float_bytes) + self.io.read_s(u.float_bytes)
 
-    def flt(self, u: UnitProfile | RegenProfile) -> float:
+    def flt(self, u: UnitProfile | Fine) -> float:
         later = sum(self.profile.item_s[u.step + 1 :])
         return 3.0 * later + u.fwd_s + 1e-6
 
-    def mps(self, u: UnitProfile | RegenProfile, cur: State, nxt: State) -> float:
+    def mps(self, u: UnitProfile | Fine, cur: State, nxt: State) -> float:
         sm = self.held(u, cur) - self.held(u, nxt)
         if sm <= 0:
             return -1.0
@@ -117,6 +149,11 @@ def simulate(profile: ModelProfile, states: dict[str, State]) -> np.ndarray:
     size: dict[int, int] = {}
     regen = [r for r in profile.regens if states.get(r.state_key, ("keep",))[0] == "regen"]
     dropped = {r.out_key: r.out_bytes for r in regen}
+    masked = {
+        m.key: m
+        for m in profile.masks
+        if states.get(m.state_key, ("keep",))[0] == "mask" and m.key not in dropped
+    }
 
     def hold(keys: dict[int, int], step: int) -> None:
         for k, b in keys.items():
@@ -132,31 +169,57 @@ def simulate(profile: ModelProfile, states: dict[str, State]) -> np.ndarray:
     for step, keys in profile.glue:
         hold_saved(keys, step)
         regen_at += [(step, dropped[k]) for k in keys if k in dropped]
-    for r in regen:  # the regeneration placeholder keeps the leaf's input alive
-        hold({r.in_key: r.in_bytes}, r.step)
+    unmask: list[tuple[int, int]] = []  # (forward step of a unit, largest unmasked tensor)
     for u in profile.units:
         d, codec = states.get(u.name, ("keep", None))
         if d in ("keep", "compress", "swap"):
             regen_at += [(u.step, dropped[k]) for k in u.saved if k in dropped]
+            mine = {k: masked[k].mask_bytes for k in u.saved if k in masked}
+            if mine:  # a recomputed unit runs without masks (nothing of it is held)
+                hold(mine, u.step)
+                unmask.append((u.step, max(masked[k].nbytes for k in mine)))
+        else:
+            mine = {}
         if d == "keep":
-            hold_saved(u.saved, u.step)
+            hold_saved({k: b for k, b in u.saved.items() if k not in mine}, u.step)
         elif d == "recompute":
             hold(u.inputs, u.step)
         else:  # compress / swap: small and non-float storages stay raw
-            hold_saved({k: b for k, b in u.saved.items() if k not in u.float_keys}, u.step)
+            hold_saved(
+                {k: b for k, b in u.saved.items() if k not in u.float_keys and k not in mine},
+                u.step,
+            )
             if d == "compress":
                 enc = u.codecs[codec].held_bytes - (u.saved_bytes - u.float_bytes)
-                gone = sum(b for k, b in u.saved.items() if k in dropped and k in u.float_keys)
-                if gone and u.float_bytes:  # regenerated tensors are not encoded
+                gone = sum(
+                    b
+                    for k, b in u.saved.items()
+                    if (k in dropped or k in mine) and k in u.float_keys
+                )
+                if gone and u.float_bytes:  # regenerated / masked tensors are not encoded
                     enc = int(enc * max(u.float_bytes - gone, 0) / u.float_bytes)
                 extra[u.step] += enc
                 extra[2 * t - u.step] -= enc
+    used = {k for step, keys in profile.glue for k in keys if k in dropped}
+    for u in profile.units:
+        if states.get(u.name, ("keep", None))[0] != "recompute":
+            used.update(k for k in u.saved if k in dropped)
+    for r in regen:  # a placeholder in a held consumer keeps the leaf's input alive
+        if r.out_key in used:
+            hold({r.in_key: r.in_bytes}, r.step)
     mem = np.zeros(2 * t + 1, dtype=np.int64)
     for k, s in first.items():
         mem[s] += size[k]
         mem[2 * t - s] -= size[k]
     mem = np.cumsum(mem + extra)[: 2 * t]
-    for step, b in regen_at:  # rematerialised at the holder's backward step
+    # rematerialised at the holder's backward step, each only while the backward node
+    # that saved it runs (a node saves at most two of them: the two largest per holder)
+    by_step: dict[int, list[int]] = {}
+    for step, b in regen_at:
+        by_step.setdefault(step, []).append(b)
+    for step, bs in by_step.items():
+        mem[2 * t - 1 - step] += sum(sorted(bs)[-2:])
+    for step, b in unmask:  # one mask expanded at a time in the unit's backward
         mem[2 * t - 1 - step] += b
     for u in profile.units:
         d = states.get(u.name, ("keep", None))[0]
@@ -185,7 +248,10 @@ def _greedy(
     method: str,
     io: IoContentionModel,
     use_regen: bool = True,
+    fine_first: bool = False,
 ) -> _Result:
+    """One Algorithm-1 walk.  ``fine_first``: walk with the fine candidates (masks,
+    regenerations) alone first, then again with units as well."""
     if method not in METHODS:
         raise ConfigError(f"unknown budget method {method!r}; expected one of {', '.join(METHODS)}")
     if budget_bytes <= 0:
@@ -199,25 +265,49 @@ def _greedy(
     ctx = _Ctx(profile, io)
     ladder = _LADDER[method]
     states: dict[str, State] = {u.name: ("keep", None) for u in profile.units}
+    ctx.states = states
     regens = list(profile.regens) if use_regen and method in REGEN_METHODS else []
-    for r in regens:
+    masks = list(profile.masks) if method in MASK_METHODS else []
+    if masks:  # regenerating from a maskable tensor would hold it whole: use the chain
+        mkeys = {m.key for m in masks}
+        regens = [r for r in regens if r.chain or r.in_key not in mkeys]
+    for r in [*regens, *masks]:
         states[r.state_key] = ("keep", None)
+    # a mask and regenerations replacing the same stored tensor exclude each other, and
+    # so do a mask and a regeneration from the masked tensor (which would hold it whole)
+    rivals: dict[str, list[str]] = {}
+    for f in [*regens, *masks]:
+        rivals[f.state_key] = [
+            g.state_key for g in [*regens, *masks] if g is not f and _clash(f, g)
+        ]
     mps_at: dict[str, float] = {}
     unplanned = int(simulate(profile, states).max(initial=0))
     best_peak = unplanned
     history: list[tuple[int, dict[str, State], dict[str, float]]] = [(unplanned, dict(states), {})]
-    evictable: list[UnitProfile | RegenProfile] = [u for u in profile.units if u.calls == 1]
-    evictable += regens
+    evictable: list[UnitProfile | Fine] = [u for u in profile.units if u.calls == 1]
+    evictable += masks + regens
+    fine: list[Fine] = [*masks, *regens]
+    # the unit each fine candidate lives in (a recomputed unit voids its fine choices)
+    owner: dict[str, str] = {}
+    for f in fine:
+        for u in profile.units:
+            if u.name == "" or f.name == u.name or f.name.startswith(u.name + "."):
+                owner[f.state_key] = u.name
 
-    def key(u: UnitProfile | RegenProfile) -> str:
-        return u.state_key if isinstance(u, RegenProfile) else u.name
+    def key(u: UnitProfile | Fine) -> str:
+        return u.name if isinstance(u, UnitProfile) else u.state_key
 
-    def options(u: UnitProfile | RegenProfile) -> list[State]:
-        if isinstance(u, RegenProfile):
-            return _REGEN_LADDER.get(states[u.state_key], [])
-        return ladder.get(states[u.name], [])
+    def options(u: UnitProfile | Fine) -> list[State]:
+        if isinstance(u, UnitProfile):
+            return ladder.get(states[u.name], [])
+        if any(states[r][0] != "keep" for r in rivals[u.state_key]):
+            return []
+        if states.get(owner.get(u.state_key, ""), ("keep",))[0] == "recompute":
+            return []
+        lad = _MASK_LADDER if isinstance(u, MaskProfile) else _REGEN_LADDER
+        return lad.get(states[u.state_key], [])
 
-    def evict(limit_step: int | None, peak: int) -> bool:
+    def evict(limit_step: int | None, peak: int, pool: list[UnitProfile | Fine]) -> bool:
         """One reclamation step (Algorithm 1, lines 20-27).
 
         Forward walk: rank live units by MPS (eq. 5) with SM = bytes freed.  Backward
@@ -226,7 +316,7 @@ def _greedy(
         """
         best = None
         fallback = None
-        for u in evictable:
+        for u in pool:
             if limit_step is not None and u.step > limit_step:
                 continue
             for nxt in options(u):
@@ -247,18 +337,38 @@ def _greedy(
             return False
         states[key(best[1])] = best[2]
         mps_at[key(best[1])] = best[0]
+        if (
+            best[2][0] == "recompute"
+        ):  # the unit re-runs all its leaves: fine choices inside are void
+            inside = best[1].name + "."
+            for f in fine:
+                if f.name.startswith(inside) or best[1].name == "":
+                    states[f.state_key] = ("keep", None)
+                    mps_at.pop(f.state_key, None)
         history.append((int(simulate(profile, states).max(initial=0)), dict(states), dict(mps_at)))
         return True
 
     mem = simulate(profile, states)
-    for step in range(profile.n_steps):  # Algorithm 1: forward walk, alloc() at each item
-        while mem[step] > budget_bytes and evict(step, int(mem.max(initial=0))):
+    pools = [fine, evictable] if fine_first and fine else [evictable]
+    for pool in pools:
+        for step in range(profile.n_steps):  # Algorithm 1: forward walk, alloc() at each item
+            while mem[step] > budget_bytes and evict(step, int(mem.max(initial=0)), pool):
+                mem = simulate(profile, states)
+                best_peak = min(best_peak, int(mem.max(initial=0)))
+        while mem.max(initial=0) > budget_bytes and evict(None, int(mem.max(initial=0)), pool):
             mem = simulate(profile, states)
             best_peak = min(best_peak, int(mem.max(initial=0)))
-    while mem.max(initial=0) > budget_bytes and evict(None, int(mem.max(initial=0))):
-        mem = simulate(profile, states)
-        best_peak = min(best_peak, int(mem.max(initial=0)))
     return _Result(states, mps_at, int(mem.max(initial=0)), best_peak, unplanned, ctx, history)
+
+
+def _clash(f: Fine, g: Fine) -> bool:
+    def out(x: Fine) -> int:
+        return x.out_key if isinstance(x, RegenProfile) else x.key
+
+    if out(f) == out(g):
+        return True
+    # b regenerates from what a drops: b would hold it whole
+    return any(isinstance(b, RegenProfile) and b.in_key == out(a) for a, b in ((f, g), (g, f)))
 
 
 def plan(
@@ -276,13 +386,13 @@ def plan(
     walks = _walks(profile, method)
     found: list[tuple[float, int, dict[str, State], dict[str, float], _Result]] = []
     mins = []
-    for walk_method, use_regen in walks:
-        r = _greedy(profile, budget_bytes, walk_method, io, use_regen)
+    for walk_method, use_regen, fine_first in walks:
+        r = _greedy(profile, budget_bytes, walk_method, io, use_regen, fine_first)
         states, mps_at, peak = r.states, r.mps_at, r.peak
         if peak > budget_bytes:
             # The walk's choices depend on the budget; the budget-1 walk (which defines the
             # minimum feasible budget) visits a state under every budget >= that minimum.
-            full = _greedy(profile, 1, walk_method, io, use_regen)
+            full = _greedy(profile, 1, walk_method, io, use_regen, fine_first)
             mins.append(full.best_peak)
             fit = [h for h in full.history if h[0] <= budget_bytes]
             if not fit:
@@ -293,6 +403,9 @@ def plan(
             g.regen_cost()
             for g in profile.regens
             if states.get(g.state_key, ("keep",))[0] == "regen"
+        )
+        over += sum(
+            m.cost_s for m in profile.masks if states.get(m.state_key, ("keep",))[0] == "mask"
         )
         found.append((over, peak, states, mps_at, r))
     if not found:
@@ -327,6 +440,19 @@ def plan(
                     held_bytes=0,
                     cost_s=g.regen_cost(),
                     mps=mps_at.get(g.state_key),
+                    chain=list(g.chain) or None,
+                )
+            )
+    for m in profile.masks:
+        if states.get(m.state_key, ("keep", None))[0] == "mask":
+            units.append(
+                UnitDecision(
+                    name=m.name,
+                    decision="mask",
+                    saved_bytes=m.nbytes,
+                    held_bytes=m.mask_bytes,
+                    cost_s=m.cost_s,
+                    mps=mps_at.get(m.state_key),
                 )
             )
     return ExecutionPlan(
@@ -343,18 +469,25 @@ def plan(
 def minimum_budget(profile: ModelProfile, method: str, io: IoContentionModel | None = None) -> int:
     """Smallest predicted peak the method's greedy reaches (what BudgetError reports)."""
     io = io or IoContentionModel()
-    return min(_greedy(profile, 1, m, io, w).best_peak for m, w in _walks(profile, method))
+    return min(_greedy(profile, 1, m, io, r, f).best_peak for m, r, f in _walks(profile, method))
 
 
-def _walks(profile: ModelProfile, method: str) -> list[tuple[str, bool]]:
-    """Greedy walks whose best plan ``method`` returns: (ladder, with regen candidates).
+def _walks(profile: ModelProfile, method: str) -> list[tuple[str, bool, bool]]:
+    """Greedy walks whose best plan ``method`` returns: (ladder, with regen candidates,
+    fine candidates first).
 
     Hybrid's state space contains recompute's, so the recompute walk is one of its
-    candidates too (the greedy may miss it when compress options come first).
+    candidates too (the greedy may miss it when compress options come first).  The
+    fine-first walk exhausts masks and regenerations (cheap, exact) before any unit
+    is evicted: eq. 5 ranks a unit by the bytes it holds *now*, so the plain walk can
+    recompute a block whose tensors masks and regenerations would have shed for less.
     """
-    if method not in REGEN_METHODS or not profile.regens:
-        return [(method, True)]
-    walks = [(method, True), (method, False)]
+    fine = (method in REGEN_METHODS and profile.regens) or (
+        method in MASK_METHODS and profile.masks
+    )
+    if not fine:
+        return [(method, True, False)]
+    walks = [(method, True, False), (method, False, False), (method, True, True)]
     if method == "hybrid":
-        walks.append(("recompute", True))
+        walks.append(("recompute", True, False))
     return walks

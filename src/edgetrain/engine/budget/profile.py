@@ -23,7 +23,17 @@ can be dropped and regenerated from that input in backward at the price of one
 cheap leaf forward, without holding anything extra (high MPS, eq. 5).  GEMM /
 convolution outputs are never such candidates (their backward saves the input,
 not the output they produce is regenerated cheaply), so they stay for keep /
-compress.  Codec size and speed are measured by
+compress.  A *chain* regen candidate (``chain = (head, tail)``, e.g. BatchNorm ->
+ReLU6) regenerates the tail's output from the head's saved input through both
+leaves, so the tail's own saved input is not needed either.
+
+*Mask* candidates (:class:`MaskProfile`) are ReLU / ReLU6 / Hardtanh leaves whose
+only saved tensor is their input (Hardtanh family) or output (ReLU) and is saved
+by nobody else: their backward reads nothing but whether each element lies in
+the linear range, so the tensor can be held as a 1-bit mask (exact, 32x smaller
+for float32; Jain et al., "Gist", ISCA'18 §3.1 "binarize" encoding).
+
+Codec size and speed are measured by
 really encoding the unit's saved float tensors (a batch slice of at most
 ``codec_sample_bytes`` per tensor, scaled linearly).
 """
@@ -104,13 +114,45 @@ class RegenProfile:
     in_bytes: int
     saves: int  # save events of the output storage (each may regenerate once)
     calls: int = 1
+    chain: tuple[str, ...] = ()  # (head, ..., tail=name) when regenerated through several leaves
 
     @property
     def state_key(self) -> str:
-        return "regen:" + self.name
+        return "regen:" + ">".join(self.chain) if self.chain else "regen:" + self.name
 
     def regen_cost(self) -> float:
         return self.fwd_s * max(self.saves, 1)
+
+
+#: leaves whose backward only needs a range mask of one saved tensor:
+#: type -> (which tensor the backward saves, open interval the gradient passes through)
+MASKABLE: dict[type, str] = {nn.ReLU6: "input", nn.Hardtanh: "input", nn.ReLU: "output"}
+
+
+def mask_range(mod: nn.Module) -> tuple[float, float] | None:
+    """Open interval where the leaf's gradient is 1 (None: not a maskable leaf)."""
+    if type(mod) not in MASKABLE or getattr(mod, "inplace", False):
+        return None
+    if isinstance(mod, nn.Hardtanh):  # ReLU6 is a Hardtanh(0, 6)
+        return float(mod.min_val), float(mod.max_val)
+    return 0.0, math.inf
+
+
+@dataclass
+class MaskProfile:
+    """A ReLU-family leaf whose one saved tensor can be held as a 1-bit range mask (exact)."""
+
+    name: str
+    step: int  # forward item the leaf runs in
+    fwd_s: float  # leaf forward time (FLT term of eq. 5)
+    key: int  # storage of the saved tensor
+    nbytes: int
+    mask_bytes: int  # ceil(numel / 8)
+    cost_s: float  # measured mask encode + decode time (eq. 5 denominator)
+
+    @property
+    def state_key(self) -> str:
+        return "mask:" + self.name
 
 
 @dataclass
@@ -121,6 +163,7 @@ class ModelProfile:
     item_s: list[float]  # forward time per item (glue items: 0, not separately timed)
     total_saved_bytes: int
     regens: list[RegenProfile] = field(default_factory=list)
+    masks: list[MaskProfile] = field(default_factory=list)
 
     def unit(self, name: str) -> UnitProfile:
         for u in self.units:
@@ -418,7 +461,41 @@ def profile_model(
         profiles.append(up)
     total = sum({r.key: r.nbytes for r in recs}.values())
     regens = _regen_candidates(model, recs, leaf_out, captured, repeats)
-    return ModelProfile(profiles, glue, len(items), item_s, total, regens)
+    masks = _mask_candidates(model, recs, leaf_out, repeats)
+    return ModelProfile(profiles, glue, len(items), item_s, total, regens, masks)
+
+
+def _mask_candidates(
+    model: nn.Module,
+    recs: list[_Rec],
+    leaf_out: list[tuple[str, int, tuple[int, int], tuple[int, int]]],
+    repeats: int,
+) -> list[MaskProfile]:
+    """ReLU-family leaves whose single saved tensor nobody else saves (see module doc)."""
+    from edgetrain.engine.budget.mask import decode_mask, encode_mask, mask_bytes
+
+    by_key: dict[int, list[_Rec]] = {}
+    for r in recs:
+        by_key.setdefault(r.key, []).append(r)
+    out: list[MaskProfile] = []
+    for name, step, (okey, _), (ikey, _) in leaf_out:
+        mod = model.get_submodule(name)
+        rng = mask_range(mod)
+        if rng is None:
+            continue
+        own = [r for r in recs if r.stack and r.stack[-1] == name]
+        target = ikey if MASKABLE[type(mod)] == "input" else okey
+        if len(own) != 1 or own[0].key != target:
+            continue
+        t = own[0].tensor
+        if not t.is_floating_point() or t.numel() < MIN_COMPRESS_NUMEL:
+            continue
+        if any(not r.stack or r.stack[-1] != name for r in by_key[target]):
+            continue  # someone else keeps the full tensor: a mask frees nothing
+        cost = _median_time(lambda t=t, rng=rng: decode_mask(encode_mask(t, *rng)), repeats)
+        fwd = _median_time(lambda t=t, mod=mod: mod(t), repeats)
+        out.append(MaskProfile(name, step, fwd, target, own[0].nbytes, mask_bytes(t.numel()), cost))
+    return out
 
 
 def _regen_candidates(
@@ -433,17 +510,44 @@ def _regen_candidates(
     for r in recs:
         by_key.setdefault(r.key, []).append(r)
     out: list[RegenProfile] = []
+    times: dict[str, float] = {}
+
+    def saves_own(name: str, key: int) -> bool:
+        return any(r.stack and r.stack[-1] == name for r in by_key.get(key, []))
+
+    def fwd_of(name: str) -> float:
+        if name not in times:
+            args, kwargs = captured[name]
+            times[name] = _time_unit(model, name, args, kwargs, repeats)[0]
+        return times[name]
+
+    producer = {o[2][0]: o for o in leaf_out}  # output storage -> the leaf that made it
     for name, step, (okey, obytes), (ikey, ibytes) in leaf_out:
         if okey == ikey or obytes < MIN_COMPRESS_NUMEL * 4:
             continue
-        own_in = any(r.stack and r.stack[-1] == name for r in by_key.get(ikey, []))
         savers = by_key.get(okey, [])
-        own_out = any(r.stack and r.stack[-1] == name for r in savers)
-        if not own_in or own_out or not savers:
+        if saves_own(name, okey) or not savers:
             continue
         if any(not r.tensor.is_floating_point() for r in savers):
             continue
-        args, kwargs = captured[name]
-        fwd, _ = _time_unit(model, name, args, kwargs, repeats)
-        out.append(RegenProfile(name, step, fwd, okey, obytes, ikey, ibytes, len(savers)))
+        if saves_own(name, ikey):
+            out.append(
+                RegenProfile(name, step, fwd_of(name), okey, obytes, ikey, ibytes, len(savers))
+            )
+        # chain (head -> this leaf): regenerate from the head's saved input, so this
+        # leaf's input need not be held (e.g. BatchNorm -> ReLU6 with a masked ReLU6)
+        head = producer.get(ikey)
+        if head is None or head[0] == name:
+            continue
+        hname, hstep, _, (hkey, hbytes) = head
+        if hname.rpartition(".")[0] != name.rpartition(".")[0]:
+            continue  # siblings only (one block, one unit decision for both)
+        if hkey in (okey, ikey) or not saves_own(hname, hkey):
+            continue
+        out.append(
+            RegenProfile(
+                name, hstep, fwd_of(hname) + fwd_of(name), okey, obytes, hkey, hbytes,
+                len(savers), chain=(hname, name),
+            )
+        )  # fmt: skip
     return out

@@ -93,6 +93,8 @@ def measure_steps(
     ``times`` are process CPU seconds (``time.process_time``): on a CPU shared with
     other jobs, wall time mostly measures the neighbours; with one intra-op thread
     the process's CPU time is the step's own work (wall times are kept in ``wall``).
+    A plan that swaps also pays its simulated phone-storage time
+    (:attr:`PlanExecutor.simulated_io_s`, FedHybrid §3/§4.3.1 UFS model) in both.
     """
     state = copy.deepcopy(model.state_dict())
     out: dict[str, dict[str, Any]] = {
@@ -108,6 +110,7 @@ def measure_steps(
                 c0, t0 = time.process_time(), time.perf_counter()
                 loss = ex.step(inputs, loss_fn)
                 cpu, wall = time.process_time() - c0, time.perf_counter() - t0
+                cpu, wall = cpu + ex.simulated_io_s, wall + ex.simulated_io_s
             rec = out[name]
             rec["peak"] = max(rec["peak"], acc.peak)
             if r > 0:
