@@ -110,3 +110,25 @@ def test_status_busy_rule_matches_devices_package():
     for _ in range(20):
         st = random_statuses(8, rng, 0.5)
         assert sum(s.busy for s in st) <= 4
+
+
+def test_threshold_override_and_first_pass_episode():
+    st = [DeviceStatus(0), DeviceStatus(1, in_use=True), DeviceStatus(2)]
+    env = ChainSchedulingEnv(3, st)
+    agent = DQNAgent(3 * PER_DEVICE + GLOBAL, 3, DQNConfig(exploration="tge"), seed=0)
+    low = agent.learn(env, 10, threshold_override=-100.0)
+    assert low.threshold == -100.0 and low.passed_at == 1
+    agent = DQNAgent(3 * PER_DEVICE + GLOBAL, 3, DQNConfig(exploration="tdge"), seed=0)
+    high = agent.learn(env, 10, threshold_override=100.0)
+    # an unreachable bar: never passed, never converged, the whole slot is spent
+    assert high.passed_at is None and high.converged_at is None and high.episodes == 10
+
+
+def test_reward_convergence_point_is_first_full_window_at_the_bar():
+    from edgetrain.decentralized.dqn import reward_converged_at
+
+    returns = [0.0] * 5 + [1.0] * 10
+    assert reward_converged_at(returns, 1.0, window=10) == 15
+    assert reward_converged_at(returns, 0.5, window=10) == 10  # mean of eps 1-10 is 0.5
+    assert reward_converged_at(returns, 2.0, window=10) is None
+    assert reward_converged_at([3.0] * 4, 1.0, window=10) is None  # shorter than a window

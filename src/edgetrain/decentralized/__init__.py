@@ -2,7 +2,7 @@
 
 * :mod:`~edgetrain.decentralized.aggregation` — CentralSGD, NeighborSGD, ChainSGD (eq. 1-3)
 * :mod:`~edgetrain.decentralized.schedule` — pair schedules, rounds, validation
-* :mod:`~edgetrain.decentralized.schedulers` — Ring and Tree baselines
+* :mod:`~edgetrain.decentralized.schedulers` — Ring and Tree baselines, latency-optimal reference
 * :mod:`~edgetrain.decentralized.env` — the Chain scheduler's Gymnasium env (eq. 7-10)
 * :mod:`~edgetrain.decentralized.dqn` — DQN with TDGE / DGE / TGE exploration
 * :mod:`~edgetrain.decentralized.chain_scheduler` — DQN scheduler, re-learning, fallback
@@ -33,7 +33,12 @@ from edgetrain.decentralized.env import ChainSchedulingEnv, RewardConfig, thresh
 from edgetrain.decentralized.faults import DeviceCache, Fault
 from edgetrain.decentralized.resources import DeviceStatus, random_statuses
 from edgetrain.decentralized.schedule import Pair, Schedule, star_schedule
-from edgetrain.decentralized.schedulers import RingScheduler, Scheduler, TreeScheduler
+from edgetrain.decentralized.schedulers import (
+    EarliestPairScheduler,
+    RingScheduler,
+    Scheduler,
+    TreeScheduler,
+)
 from edgetrain.decentralized.trainer import ChainConfig, ChainResult, run_chain
 
 __all__ = [
@@ -49,6 +54,7 @@ __all__ = [
     "DQNConfig",
     "DeviceCache",
     "DeviceStatus",
+    "EarliestPairScheduler",
     "Fault",
     "IterationCost",
     "Message",

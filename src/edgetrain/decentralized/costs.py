@@ -20,6 +20,14 @@ link rates and radio power). The model of one iteration:
 4. Broadcast: binomial tree (⌈log2 N⌉ rounds, §3.2.3) for chain/neighbor; the
    master's sequential N-1 sends for central (FL's one-to-many).
 
+Execution is dependency-driven, as in Algorithm 1 (a device sends as soon as it
+has finished and the MA has named its partner): a pair starts when both of its
+devices are free, with no barrier between rounds, for every scheduler alike. A
+busy device therefore delays every pair it is in and everything downstream of
+it — a Tree whose first-round pair includes a busy device finishes
+``busy + ⌈log2 N⌉`` transfers after the start. :attr:`IterationCost.eq5_time_s`
+(reduce end) is eq. 5's T(t); :attr:`IterationCost.time_s` adds the broadcast.
+
 Energy per device = compute power × (training + aggregation time) + radio
 tx/rx power × transfer time (``edgetrain.devices.energy.energy_j``). Eq. 6's
 energy variance is taken over the *aggregation* energy (transfers + aggregate
@@ -60,6 +68,14 @@ class IterationCost:
     broadcast_rounds: int
     reduce_rounds: int
     extra: dict = field(default_factory=dict)
+
+    @property
+    def eq5_time_s(self) -> float:
+        """Eq. 5's T(t) = T_tr + f(T_a, T_b): local training, busy latency and the
+        scheduled reduce, up to the moment the root holds the aggregate. This is the
+        part a scheduler changes; the broadcast after it is the same binomial tree for
+        every chain schedule (§3.2.3) and is in :attr:`time_s` only."""
+        return self.reduce_end_s
 
     @property
     def energy_variance(self) -> float:

@@ -55,6 +55,10 @@ class DQNConfig:
     eps_decay: float = 0.97  # per episode
     eps_min: float = 0.02
     eval_every: int = 5  # episodes between greedy convergence checks
+    # End the learning slot at convergence (the scheduler's resource saving). False runs
+    # the whole budget like Algorithm 2's "while Epoch < max Epoch" and only records the
+    # convergence episode, so reward curves of different strategies can be compared.
+    stop_at_convergence: bool = True
 
     def __post_init__(self) -> None:
         if self.exploration not in EXPLORATIONS:
@@ -110,6 +114,15 @@ class ReplayBuffer:
         )
 
 
+def reward_converged_at(returns: list[float], bar: float, window: int = 10) -> int | None:
+    """Fig. 8b's convergence of the training reward: the first episode (1-based) at
+    which the mean return of the last ``window`` episodes reaches ``bar``."""
+    for t in range(window, len(returns) + 1):
+        if float(np.mean(returns[t - window : t])) >= bar:
+            return t
+    return None
+
+
 @dataclass
 class LearnResult:
     """What one learning slot produced."""
@@ -120,6 +133,7 @@ class LearnResult:
     best_return: float = float("-inf")
     best_schedule: Schedule | None = None
     threshold: float = 0.0
+    passed_at: int | None = None  # first episode whose return passed the threshold
 
 
 class DQNAgent:
@@ -180,15 +194,28 @@ class DQNAgent:
             done = done or trunc
         return total, env.complete()
 
-    def learn(self, env: ChainSchedulingEnv, episodes: int, eps_start: float = 1.0) -> LearnResult:
+    def learn(
+        self,
+        env: ChainSchedulingEnv,
+        episodes: int,
+        eps_start: float = 1.0,
+        threshold_override: float | None = None,
+    ) -> LearnResult:
         """Run up to ``episodes`` training episodes on ``env`` (its resources fixed
-        by the caller) with the configured exploration; stop at convergence."""
+        by the caller) with the configured exploration; stop at convergence.
+
+        ``threshold_override`` replaces eq. 8's T(N) (both for the TDGE/TGE switch and
+        the convergence check), e.g. to compare strategies against another bar."""
         cfg = self.cfg
         torch_threads = torch.get_num_threads()
         torch.set_num_threads(1)  # tiny MLP: threads only add overhead
         try:
             _, info = env.reset()
-            thr = threshold(len(env.live), info["n_busy"], env.cfg, env.busy_delay)
+            thr = (
+                threshold(len(env.live), info["n_busy"], env.cfg, env.busy_delay)
+                if threshold_override is None
+                else float(threshold_override)
+            )
             res = LearnResult(0, None, threshold=thr)
             passed = cfg.exploration == "dge"  # DGE decays from the first episode
             eps = eps_start
@@ -211,15 +238,18 @@ class DQNAgent:
                 res.episodes = ep
                 if env.complete() and total > res.best_return:
                     res.best_return, res.best_schedule = total, env.schedule()
+                if res.passed_at is None and total > thr:
+                    res.passed_at = ep
                 if not passed and total > thr:  # Algorithm 2: ε ← ε_new once T_R is passed
                     passed, eps = True, cfg.eps_new
                 elif passed and cfg.exploration != "tge":
                     eps = max(cfg.eps_min, eps * cfg.eps_decay)
-                if ep % cfg.eval_every == 0 and passed:
+                if ep % cfg.eval_every == 0 and passed and res.converged_at is None:
                     g, ok = self.rollout(env, masked=False)
                     if ok and g >= thr:
                         res.converged_at = ep
-                        break
+                        if cfg.stop_at_convergence:
+                            break
             return res
         finally:
             torch.set_num_threads(torch_threads)
