@@ -79,6 +79,15 @@ def test_finetune_json_then_resume_of_a_finished_run_gives_the_same_result(sourc
     assert again.exit_code == 0, again.output
     resumed = json.loads(again.stdout)
     assert resumed["accuracy"] == out["accuracy"] and resumed["resumed_from_epoch"] == 3
+    # the frozen prefix (tokenizer + block 0 + frozen q/k/v bases of block 1) was cached
+    assert out["prefix_cache"]["used"] and len(out["prefix_cache"]["cut"]) == 5
+    plain = runner.invoke(
+        app, [*_finetune(source, "--name", "ft-plain", "--no-cache-prefix", "--json")]
+    )
+    assert plain.exit_code == 0, plain.output
+    plain_out = json.loads(plain.stdout)
+    assert plain_out["prefix_cache"]["used"] is False
+    assert plain_out["accuracy"] == out["accuracy"]
 
 
 def test_finetune_table_output_has_the_report_line(source):
@@ -86,6 +95,7 @@ def test_finetune_table_output_has_the_report_line(source):
     assert res.exit_code == 0, res.output
     assert "lp: accuracy" in res.stdout and "trained parameter bytes" in res.stdout
     assert "batch-1 step" in res.stdout and "run directory:" in res.stdout
+    assert "frozen-prefix cache" in res.stdout and "ops cached once" in res.stdout
 
 
 @pytest.mark.parametrize(

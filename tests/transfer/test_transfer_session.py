@@ -154,6 +154,34 @@ def test_resume_after_interruption_ends_with_the_same_metrics(source, tmp_path):
     assert [json.loads(x)["epoch"] for x in lines] == [1, 2, 3, 4]
 
 
+def test_sparse_checkpoints_resume_and_cached_run_matches_uncached(source, tmp_path):
+    proto = Protocol(epochs=4, average_last=2, lr=0.05)
+    plain = run_finetune(
+        _config(source, "lora-1", protocol=proto, cache_prefix=False),
+        output_root=tmp_path,
+        name="plain",
+    )
+    assert plain.prefix_cache["used"] is False and "disabled" in plain.prefix_cache["reason"]
+    config = _config(source, "lora-1", protocol=proto, checkpoint_every=2)
+
+    def stop(record):
+        if record["epoch"] == 3:
+            raise Stop
+
+    with pytest.raises(Stop):
+        run_finetune(config, output_root=tmp_path, name="cut", on_epoch=stop)
+    assert sorted(p.name for p in (tmp_path / "cut" / "checkpoints").iterdir()) == ["epoch-0002"]
+    resumed = resume_finetune(tmp_path / "cut")
+    assert resumed.resumed_from_epoch == 2
+    assert resumed.prefix_cache["used"] and resumed.prefix_cache["cached_bytes"] > 0
+    saved = json.loads((tmp_path / "cut" / "result.json").read_text())
+    assert saved["prefix_cache"]["cut"] == resumed.prefix_cache["cut"]
+    for a, b in zip(plain.history, resumed.history, strict=True):
+        assert a["train_loss"] == pytest.approx(b["train_loss"], rel=1e-5)
+        assert a["test_accuracy"] == b["test_accuracy"]
+    assert resumed.accuracy == plain.accuracy
+
+
 def test_source_errors_name_the_problem(source, tmp_path):
     with pytest.raises(
         DataError, match=r"shape \[1, 28, 28\] but the model expects \[1, 8, 8\].*size=8"

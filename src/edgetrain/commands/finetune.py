@@ -55,6 +55,14 @@ def register(app: typer.Typer) -> None:
         plan: bool = typer.Option(
             True, "--plan/--no-plan", help="Estimate target latency with the memory planner."
         ),
+        cache_prefix: bool = typer.Option(
+            True,
+            "--cache-prefix/--no-cache-prefix",
+            help="Compute the frozen prefix once per sample and train only the rest (exact).",
+        ),
+        checkpoint_every: int = typer.Option(
+            1, "--checkpoint-every", min=1, help="Epochs between checkpoints (last always kept)."
+        ),
         seed: int = typer.Option(0, "--seed", min=0),
         output: Path = typer.Option(Path("runs"), "--output", help="Root of run directories."),
         name: str = typer.Option(None, "--name", help="Run directory name."),
@@ -109,6 +117,8 @@ def register(app: typer.Typer) -> None:
                 head=head,
                 target=target,
                 plan=plan,
+                cache_prefix=cache_prefix,
+                checkpoint_every=checkpoint_every,
             )
         with step_progress(disable=json_out) as progress:
             task = progress.add_task(
@@ -146,6 +156,8 @@ def register(app: typer.Typer) -> None:
             "target step, cores (ms, simulated)": latency.get("cores"),
             "target step, accelerated (ms, simulated)": latency.get("accelerated"),
             "stored artifact bytes": out["artifact_bytes"],
+            "frozen-prefix cache": _cache_text(out.get("prefix_cache")),
+            "training time (s)": round(out["train_s"], 2),
         }
         print_table(
             f"fine-tuned ({config.shots}-shot, {config.protocol.epochs} epochs, seed {config.seed})",
@@ -167,3 +179,14 @@ def register(app: typer.Typer) -> None:
             line += f" (no target estimate: {out['plan_note']})"
         typer.echo(line)
         typer.echo(f"run directory: {out['run_dir']} (device artifact: {out['artifact']})")
+
+
+def _cache_text(plan: dict | None) -> str:
+    if not plan:
+        return "-"
+    if not plan.get("used"):
+        return f"not used: {plan.get('reason')}"
+    return (
+        f"used: {plan.get('prefix_ops')} ops cached once "
+        f"({plan.get('cached_bytes', 0) / 1e6:.1f} MB), {plan.get('suffix_ops')} ops per step"
+    )

@@ -4,7 +4,8 @@ The few-shot protocol of TrainDeeploy §VI-A (k shots per class, SGD, batch 8, l
 0.01 cosine to 0.0005, accuracy = mean of the last five epochs, repeated over seeds)
 on top of the fine-tuning strategies of :mod:`edgetrain.finetune`, with per-epoch
 checkpoints that resume exactly, and what a device would store: the adapter or the
-changed weights only.
+changed weights only. Frozen-prefix activation caching (:mod:`.prefix`) makes the
+paper's 100-epoch protocol affordable on a CPU without changing a single update.
 """
 
 from edgetrain.transfer.checkpoint import (
@@ -14,7 +15,8 @@ from edgetrain.transfer.checkpoint import (
     save_checkpoint,
 )
 from edgetrain.transfer.fewshot import FewShotSplit, few_shot_split, k_shot_indices
-from edgetrain.transfer.loop import train_protocol
+from edgetrain.transfer.loop import PrefixCache, build_prefix_cache, train_protocol
+from edgetrain.transfer.prefix import PrefixPlan, PrefixSplit, cache_prefix, find_prefix
 from edgetrain.transfer.protocol import PAPER, Protocol, final_accuracy, mean_std
 from edgetrain.transfer.session import (
     FinetuneConfig,
@@ -39,13 +41,19 @@ __all__ = [
     "FewShotSplit",
     "FinetuneConfig",
     "FinetuneResult",
+    "PrefixCache",
+    "PrefixPlan",
+    "PrefixSplit",
     "PretrainResult",
     "PretrainSettings",
     "Protocol",
     "StepTiming",
+    "build_prefix_cache",
+    "cache_prefix",
     "count_train_flops",
     "few_shot_split",
     "final_accuracy",
+    "find_prefix",
     "k_shot_indices",
     "latest_checkpoint",
     "load_finetuned",

@@ -4,6 +4,10 @@ Reuses the engine's pieces (optimizer factory, seeded batch order, evaluation,
 cosine schedule) but owns the loop, because resuming needs the step counter, the
 optimizer state and every RNG to continue exactly where they stopped: a resumed
 run ends with the same metrics as one that was never interrupted.
+
+With a :class:`PrefixCache` (see :mod:`edgetrain.transfer.prefix`) the steps run the
+trained suffix on cached frozen-prefix activations instead of the whole model on raw
+samples; batch order, schedule, losses and updates are the same.
 """
 
 from __future__ import annotations
@@ -11,6 +15,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -20,9 +25,53 @@ from torch import nn
 from edgetrain.engine.trainer import batches, cosine_lr, evaluate, make_optimizer, train_step
 from edgetrain.errors import ConfigError
 from edgetrain.transfer.checkpoint import latest_checkpoint, restore_checkpoint, save_checkpoint
+from edgetrain.transfer.prefix import CachedFeatures, PrefixPlan, PrefixSplit, cache_prefix
 from edgetrain.transfer.protocol import Protocol
 
 EpochCallback = Callable[[dict[str, Any]], None]
+
+EVAL_BATCH = 256  # as edgetrain.engine.trainer.evaluate
+
+
+@dataclass
+class PrefixCache:
+    """The model split at its frozen prefix and the prefix outputs of train and test."""
+
+    split: PrefixSplit
+    train: CachedFeatures
+    test: CachedFeatures
+
+
+def cached_step(
+    suffix: nn.Module, opt: torch.optim.Optimizer, inputs: tuple[torch.Tensor, ...], yb
+) -> tuple[float, int]:
+    """:func:`edgetrain.engine.trainer.train_step` on cached prefix activations."""
+    opt.zero_grad(set_to_none=True)
+    out = suffix(*inputs)
+    loss = nn.functional.cross_entropy(out, yb)
+    value = float(loss.detach())
+    if not math.isfinite(value):
+        return value, 0
+    loss.backward()
+    opt.step()
+    return value, int((out.detach().argmax(1) == yb).sum())
+
+
+@torch.no_grad()
+def cached_evaluate(
+    model: nn.Module, suffix: nn.Module, feats: CachedFeatures, y: torch.Tensor
+) -> tuple[float, float]:
+    """:func:`edgetrain.engine.trainer.evaluate` on cached prefix activations."""
+    was_training = model.training
+    model.eval()  # the suffix shares the model's modules
+    total_loss, correct = 0.0, 0
+    for idx in batches(len(y), EVAL_BATCH, None, shuffle=False):
+        out = suffix(*feats[idx])
+        total_loss += float(nn.functional.cross_entropy(out, y[idx], reduction="sum"))
+        correct += int((out.argmax(dim=1) == y[idx]).sum())
+    model.train(was_training)
+    n = max(len(y), 1)
+    return total_loss / n, correct / n
 
 
 def train_protocol(
@@ -37,19 +86,31 @@ def train_protocol(
     resume: bool = False,
     on_epoch: EpochCallback | None = None,
     on_step: Callable[[int, int], None] | None = None,
+    cache: PrefixCache | None = None,
+    checkpoint_every: int = 1,
 ) -> list[dict[str, Any]]:
     """Train ``model`` on ``train`` by ``protocol``; return one metrics dict per epoch.
 
-    With ``checkpoint_dir`` a checkpoint is written after every epoch, before
-    ``on_epoch`` is called (so an exception raised there, or a crash, loses nothing).
+    With ``checkpoint_dir`` a checkpoint is written after every ``checkpoint_every``-th
+    epoch and the last, before ``on_epoch`` is called (so an exception raised there, or
+    a crash, loses at most the epochs since the last checkpoint).
     ``resume=True`` continues from the newest checkpoint in ``checkpoint_dir``.
     Metrics dicts hold epoch, step, lr, train_loss, train_accuracy, test_loss and
     test_accuracy (None on epochs the protocol does not evaluate) and seconds.
+    ``cache`` (from :func:`edgetrain.transfer.prefix.cache_prefix` on these very
+    ``train``/``test`` tensors) trains the suffix on cached prefix activations.
     """
     x_train, y_train = train
     x_test, y_test = test
     if len(x_train) == 0:
         raise ConfigError("the fine-tuning set is empty; raise --shots or check --data")
+    if checkpoint_every < 1:
+        raise ConfigError(f"checkpoint_every must be >= 1 (got {checkpoint_every})")
+    if cache is not None and (len(cache.train) != len(x_train) or len(cache.test) != len(x_test)):
+        raise ConfigError(
+            f"prefix cache rows ({len(cache.train)} train, {len(cache.test)} test) do not match "
+            f"the data ({len(x_train)} train, {len(x_test)} test); rebuild it with cache_prefix"
+        )
     opt = make_optimizer(
         model.parameters(),
         protocol.optimizer,
@@ -86,7 +147,10 @@ def train_protocol(
             )
             for group in opt.param_groups:
                 group["lr"] = lr
-            loss, hits = train_step(model, opt, x_train[idx], y_train[idx])
+            if cache is None:
+                loss, hits = train_step(model, opt, x_train[idx], y_train[idx])
+            else:
+                loss, hits = cached_step(cache.split.suffix, opt, cache.train[idx], y_train[idx])
             if not math.isfinite(loss):
                 raise ConfigError(
                     f"fine-tuning diverged at epoch {epoch} (loss {loss}); "
@@ -100,7 +164,10 @@ def train_protocol(
                 on_step(step, total_steps)
         test_loss = test_acc = None
         if protocol.evaluates(epoch):
-            test_loss, test_acc = evaluate(model, x_test, y_test)
+            if cache is None:
+                test_loss, test_acc = evaluate(model, x_test, y_test, batch_size=EVAL_BATCH)
+            else:
+                test_loss, test_acc = cached_evaluate(model, cache.split.suffix, cache.test, y_test)
         record = {
             "epoch": epoch,
             "step": step,
@@ -112,7 +179,9 @@ def train_protocol(
             "seconds": time.perf_counter() - began,
         }
         history.append(record)
-        if checkpoint_dir is not None:
+        if checkpoint_dir is not None and (
+            epoch % checkpoint_every == 0 or epoch == protocol.epochs
+        ):
             save_checkpoint(
                 checkpoint_dir,
                 epoch=epoch,
@@ -126,3 +195,13 @@ def train_protocol(
         if on_epoch is not None:
             on_epoch(record)
     return history
+
+
+def build_prefix_cache(
+    model: nn.Module, x_train: torch.Tensor, x_test: torch.Tensor, *, enabled: bool = True
+) -> tuple[PrefixCache | None, PrefixPlan]:
+    """Cache ``model``'s frozen prefix over train and test, or say why not (the plan)."""
+    split, feats, plan = cache_prefix(model, [x_train, x_test], enabled=enabled)
+    if split is None or feats is None:
+        return None, plan
+    return PrefixCache(split, feats[0], feats[1]), plan

@@ -28,7 +28,7 @@ from edgetrain.engine.trainer import EpochMetrics, evaluate, train_classifier
 from edgetrain.errors import ConfigError, DataError, EdgetrainError
 from edgetrain.runs import RunDir, load_into, seed_everything
 from edgetrain.transfer.fewshot import few_shot_split
-from edgetrain.transfer.loop import train_protocol
+from edgetrain.transfer.loop import build_prefix_cache, train_protocol
 from edgetrain.transfer.protocol import Protocol, final_accuracy
 from edgetrain.transfer.source import CARD, WEIGHTS, Card, DataRef, Pretrained, load_pretrained
 from edgetrain.transfer.steptime import count_train_flops, measure_step_time
@@ -203,12 +203,16 @@ class FinetuneConfig:
     target: str | None = None  # SoC target for the plan's latency estimate
     timing_steps: int = 30
     plan: bool = True  # ask edgetrain.memory.plan_training for the target estimate
+    cache_prefix: bool = True  # train the suffix on cached frozen-prefix activations (exact)
+    checkpoint_every: int = 1  # epochs between checkpoints (the last epoch is always saved)
 
     def __post_init__(self) -> None:
         if self.head not in ("auto", "new", "keep"):
             raise ConfigError(f"--head must be one of auto, new, keep (got {self.head!r})")
         if self.shots < 1:
             raise ConfigError(f"--shots must be >= 1 (got {self.shots})")
+        if self.checkpoint_every < 1:
+            raise ConfigError(f"--checkpoint-every must be >= 1 (got {self.checkpoint_every})")
         if Path(self.source).exists():  # absolute, so --resume works from any directory
             object.__setattr__(self, "source", str(Path(self.source).resolve()))
 
@@ -228,6 +232,8 @@ class FinetuneConfig:
             "target": self.target,
             "timing_steps": self.timing_steps,
             "plan": self.plan,
+            "cache_prefix": self.cache_prefix,
+            "checkpoint_every": self.checkpoint_every,
         }
 
     @classmethod
@@ -251,6 +257,8 @@ class FinetuneConfig:
             target=data.get("target"),
             timing_steps=int(data.get("timing_steps", 30)),
             plan=bool(data.get("plan", True)),
+            cache_prefix=bool(data.get("cache_prefix", True)),
+            checkpoint_every=int(data.get("checkpoint_every", 1)),
         )
 
 
@@ -345,6 +353,8 @@ class FinetuneResult:
     new_head: bool
     wall_s: float
     resumed_from_epoch: int | None = None
+    prefix_cache: dict[str, Any] | None = None
+    train_s: float = 0.0
     extra: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -373,6 +383,8 @@ class FinetuneResult:
             "new_head": self.new_head,
             "epochs": len(self.history),
             "resumed_from_epoch": self.resumed_from_epoch,
+            "prefix_cache": self.prefix_cache,
+            "train_s": self.train_s,
             "wall_s": self.wall_s,
         }
 
@@ -478,7 +490,13 @@ def run_finetune(
         if on_epoch is not None:
             on_epoch(record)
 
+    # The frozen prefix holds the source's weights (a checkpoint restores the same values),
+    # so its activations can be computed once, before any resume.
+    cache, prefix_plan = build_prefix_cache(
+        prep.model, prep.train.x, prep.test.x, enabled=config.cache_prefix
+    )
     generator = torch.Generator().manual_seed(config.seed)
+    train_began = time.perf_counter()
     history = train_protocol(
         prep.model,
         (prep.train.x, prep.train.y),
@@ -490,7 +508,10 @@ def run_finetune(
         resume=resume_dir is not None,
         on_epoch=_log,
         on_step=on_step,
+        cache=cache,
+        checkpoint_every=config.checkpoint_every,
     )
+    train_s = time.perf_counter() - train_began
     accuracy = final_accuracy(history, config.protocol.average_last)
     artifact = save_device_artifact(prep, run.path)
     input_shape = tuple(prep.train.input_shape)
@@ -525,6 +546,8 @@ def run_finetune(
         new_head=prep.new_head,
         wall_s=time.perf_counter() - began,
         resumed_from_epoch=resumed_from,
+        prefix_cache=prefix_plan.to_json(),
+        train_s=train_s,
     )
     run.write_json("result.json", result.to_json())
     return result
