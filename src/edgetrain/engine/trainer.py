@@ -85,15 +85,17 @@ def evaluate(
 def train_step(
     model: nn.Module,
     opt: torch.optim.Optimizer,
-    xb: torch.Tensor,
+    xb: torch.Tensor | tuple[torch.Tensor, ...],
     yb: torch.Tensor,
 ) -> tuple[float, int]:
     """One optimizer step on cross-entropy; return (batch loss, correct predictions).
 
+    ``xb`` is the batch, or a tuple of the model's positional inputs (e.g. cached
+    activations fed to the trainable suffix of a fine-tuned model).
     A non-finite loss is returned without stepping, so the caller can name what to change.
     """
     opt.zero_grad(set_to_none=True)
-    out = model(xb)
+    out = model(*xb) if isinstance(xb, tuple) else model(xb)
     loss = nn.functional.cross_entropy(out, yb)
     value = float(loss.detach())
     if not math.isfinite(value):

@@ -46,15 +46,7 @@ def cached_step(
     suffix: nn.Module, opt: torch.optim.Optimizer, inputs: tuple[torch.Tensor, ...], yb
 ) -> tuple[float, int]:
     """:func:`edgetrain.engine.trainer.train_step` on cached prefix activations."""
-    opt.zero_grad(set_to_none=True)
-    out = suffix(*inputs)
-    loss = nn.functional.cross_entropy(out, yb)
-    value = float(loss.detach())
-    if not math.isfinite(value):
-        return value, 0
-    loss.backward()
-    opt.step()
-    return value, int((out.detach().argmax(1) == yb).sum())
+    return train_step(suffix, opt, tuple(inputs), yb)
 
 
 @torch.no_grad()
