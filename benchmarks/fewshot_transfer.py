@@ -97,6 +97,7 @@ class Settings:
     timing_steps: int
     cache_prefix: bool
     report_only: bool = False
+    first_seed: int = 0  # train seeds first_seed .. seeds-1 (split a long run over processes)
 
 
 def _ids(text: str) -> list[int]:
@@ -143,6 +144,13 @@ def parse_args(argv: list[str] | None) -> tuple[argparse.Namespace, Settings]:
         help="train nothing: print the tables from the runs already in --results",
     )
     p.add_argument("--json", type=Path, help="also write all results to this JSON file")
+    p.add_argument(
+        "--first-seed",
+        type=int,
+        default=0,
+        help="train only seeds FIRST..SEEDS-1 (to split a run over processes; each writes its own "
+        "--results, concatenate them and print with --report-only)",
+    )
     args = p.parse_args(argv)
     quick = args.quick
     epochs = args.epochs or (5 if quick else 100)
@@ -164,7 +172,10 @@ def parse_args(argv: list[str] | None) -> tuple[argparse.Namespace, Settings]:
         timing_steps=5 if quick else 30,
         cache_prefix=not args.no_cache_prefix,
         report_only=args.report_only,
+        first_seed=args.first_seed,
     )
+    if not 0 <= settings.first_seed < settings.seeds:
+        p.error(f"--first-seed must be in 0..{settings.seeds - 1}, got {settings.first_seed}")
     return args, settings
 
 
@@ -317,7 +328,7 @@ def run_transfer(
     pairs = transfer_pairs(st, cache, targets)
     protocol = Protocol(epochs=st.epochs)
     rows: dict[tuple[str, str], list[dict]] = {}
-    for seed in range(st.seeds):
+    for seed in range(st.first_seed, st.seeds):
         for key, (_label, src, target) in pairs.items():
             for strategy in st.strategies:
                 lkey = log.key("transfer", key, strategy, seed, str(src), st.epochs, st.shots,
@@ -412,7 +423,7 @@ def run_personalisation(st: Settings, cache: Path, runs_root: Path, log: ResultL
             rows: dict[str, Any] = {}
             for strategy in st.personal_strategies:
                 accs, base = [], []
-                for seed in range(st.seeds):
+                for seed in range(st.first_seed, st.seeds):
                     lkey = log.key("personal", model, subject, strategy, seed, str(src),
                                    st.personal_epochs, st.personal_shots, st.cache_prefix)  # fmt: skip
                     row = log.get(lkey)
