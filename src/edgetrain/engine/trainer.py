@@ -68,17 +68,25 @@ def evaluate(
     y: torch.Tensor,
     batch_size: int = 256,
     loss_fn: Callable = nn.functional.cross_entropy,
+    forward: Callable | None = None,
 ) -> tuple[float, float]:
-    """Mean loss and accuracy of a classifier on (x, y)."""
+    """Mean loss and accuracy of a classifier on (x, y).
+
+    ``model`` is put in eval mode for the pass; ``forward`` (default: ``model``) computes the
+    logits, e.g. the trainable suffix of a model fed cached activations. When ``x[idx]`` is a
+    tuple it is unpacked into ``forward``'s positional inputs.
+    """
+    run = model if forward is None else forward
     was_training = model.training
     model.eval()
     total_loss, correct = 0.0, 0
     for idx in batches(len(x), batch_size, None, shuffle=False):
-        out = model(x[idx])
+        xb = x[idx]
+        out = run(*xb) if isinstance(xb, tuple) else run(xb)
         total_loss += float(loss_fn(out, y[idx], reduction="sum"))
         correct += int((out.argmax(dim=1) == y[idx]).sum())
     model.train(was_training)
-    n = max(len(x), 1)
+    n = max(len(y), 1)
     return total_loss / n, correct / n
 
 

@@ -49,21 +49,12 @@ def cached_step(
     return train_step(suffix, opt, tuple(inputs), yb)
 
 
-@torch.no_grad()
 def cached_evaluate(
     model: nn.Module, suffix: nn.Module, feats: CachedFeatures, y: torch.Tensor
 ) -> tuple[float, float]:
     """:func:`edgetrain.engine.trainer.evaluate` on cached prefix activations."""
-    was_training = model.training
-    model.eval()  # the suffix shares the model's modules
-    total_loss, correct = 0.0, 0
-    for idx in batches(len(y), EVAL_BATCH, None, shuffle=False):
-        out = suffix(*feats[idx])
-        total_loss += float(nn.functional.cross_entropy(out, y[idx], reduction="sum"))
-        correct += int((out.argmax(dim=1) == y[idx]).sum())
-    model.train(was_training)
-    n = max(len(y), 1)
-    return total_loss / n, correct / n
+    # model.eval() covers the suffix too: it shares the model's modules.
+    return evaluate(model, feats, y, EVAL_BATCH, forward=suffix)
 
 
 def train_protocol(
