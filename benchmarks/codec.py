@@ -7,13 +7,22 @@ compression ratio (original bytes / encoded bytes, real encoded bytes), max abs
 error, encode+decode MB/s; SZ3 (``pysz``) and ZFP (``zfpy``, fixed-accuracy mode)
 at the same absolute bound, when importable; plain per-channel int8/int4
 (error reported, not bounded).  "recompute MB/s" is the activation's bytes
-divided by the forward time of the block that produced it (its parent module,
-median of 3, on the captured input): encode+decode must beat it for compression
-to pay off against recomputation.  All times are process CPU time with one
-intra-op thread (``OMP_NUM_THREADS=1``): on a CPU shared with other jobs wall time
-mostly measures the neighbours; every codec and the recompute are timed alike.
+divided by the forward time of the block that produced it (its parent module, on
+the captured input), timed *interleaved* with the mix codec's encode+decode
+(recompute, codec, recompute, codec, ...; medians): encode+decode must beat it for
+compression to pay off against recomputation, and interleaving keeps the ratio
+fair when neighbours load the machine.  All times are CPU time of this one thread
+(``time.thread_time``, ``OMP_NUM_THREADS=1`` and one intra-op thread): on a CPU
+shared with other jobs wall time mostly measures the neighbours; every codec and
+the recompute are timed alike.
 
-    python benchmarks/codec.py [--quick] [--json]
+``--ablate`` adds the mix ratio per model with one part of the codec changed
+(3-sigma outliers of rich channels stored exactly; no batch template; no block
+path).  ``--stages`` adds the mix codec's stage profile (median thread CPU time per stage,
+ms) for every tensor: statistics, outlier share, quantization, batch template,
+frame packing (zstd), and on decode frame unpacking (zstd) and dequantization.
+
+    python benchmarks/codec.py [--quick] [--json] [--stages] [--ablate] [--rel 0.01]
 """
 
 from __future__ import annotations
@@ -35,7 +44,7 @@ ACTS = (nn.ReLU, nn.ReLU6, nn.GELU)
 
 
 def capture(name: str, batch: int, limit: int, seed: int = 0):
-    """(label, activation, recompute seconds) for up to ``limit`` activation outputs."""
+    """(label, activation, recompute callable or None) for up to ``limit`` activation outputs."""
     m = models.build(name, seed=seed)
     x = models.example_input(m, batch=batch, generator=torch.Generator().manual_seed(seed))
     mods = dict(m.named_modules())
@@ -68,17 +77,15 @@ def capture(name: str, batch: int, limit: int, seed: int = 0):
     out = []
     for aname, act, parent, _ in got:
         args = parent_in.get(parent)
-        rec_s = float("nan")
+        recompute = None
         if args is not None:
             pm = mods[parent]
-            with torch.no_grad():
-                ts = []
-                for _ in range(3):
-                    t0 = time.process_time()
-                    pm(*args)
-                    ts.append(time.process_time() - t0)
-            rec_s = statistics.median(ts)
-        out.append((f"{name}:{aname}", act, rec_s))
+
+            def recompute(pm=pm, args=args):
+                with torch.no_grad():
+                    return pm(*args)
+
+        out.append((f"{name}:{aname}", act, recompute))
     return out
 
 
@@ -86,13 +93,27 @@ def _time(fn, repeats: int):
     ts = []
     res = None
     for _ in range(repeats):
-        t0 = time.process_time()
+        t0 = time.thread_time()
         res = fn()
-        ts.append(time.process_time() - t0)
+        ts.append(time.thread_time() - t0)
     return statistics.median(ts), res
 
 
-def run_codecs(act: torch.Tensor, rel: float, repeats: int, sz=None, zfp=None) -> dict:
+def _time_interleaved(fns: dict, repeats: int) -> tuple[dict, dict]:
+    """Median thread CPU time of each callable, called in turn ``repeats`` times."""
+    ts: dict = {k: [] for k in fns}
+    res: dict = {}
+    for _ in range(repeats):
+        for k, fn in fns.items():
+            t0 = time.thread_time()
+            res[k] = fn()
+            ts[k].append(time.thread_time() - t0)
+    return {k: statistics.median(v) for k, v in ts.items()}, res
+
+
+def run_codecs(
+    act: torch.Tensor, rel: float, repeats: int, sz=None, zfp=None, recompute=None
+) -> dict:
     a = act.float()
     nbytes = a.numel() * 4
     eb = rel * float(a.max() - a.min())
@@ -105,9 +126,16 @@ def run_codecs(act: torch.Tensor, rel: float, repeats: int, sz=None, zfp=None) -
         data = mix.encode(a)
         return data, mix.decode(data)
 
-    t, (data, y) = _time(mix_rt, repeats)
+    fns = {"mix": mix_rt}
+    if recompute is not None:
+        fns["recompute"] = recompute
+    t, res = _time_interleaved(fns, repeats)
+    data, y = res["mix"]
     row.update(
-        mix_ratio=nbytes / len(data), mix_err=float((y - a).abs().max()), mix_mbs=nbytes / 1e6 / t
+        mix_ratio=nbytes / len(data),
+        mix_err=float((y - a).abs().max()),
+        mix_mbs=nbytes / 1e6 / t["mix"],
+        recompute_mbs=nbytes / 1e6 / t["recompute"] if t.get("recompute", 0) > 0 else None,
     )
     for bits in (8, 4):
         c = UniformCodec(bits)
@@ -152,6 +180,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--quick", action="store_true", help="tiny batches, few tensors (for tests)")
     ap.add_argument("--rel", type=float, default=0.01, help="error bound as a fraction of range")
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--stages", action="store_true", help="mix codec stage profile per tensor")
+    ap.add_argument(
+        "--ablate", action="store_true", help="mix ratio per model with parts of the codec off"
+    )
     args = ap.parse_args(argv)
     torch.set_num_threads(1)  # CPU-time measurements: one intra-op thread (module doc)
     try:
@@ -172,14 +204,20 @@ def main(argv: list[str] | None = None) -> int:
         repeats = 1
     else:
         cfg = [("mobilenetv2", 32, 12), ("cct2", 32, 6), ("bert-small", 8, 8)]
-        repeats = 3
+        repeats = 7
     rows = []
+    stages = []
     for name, batch, limit in cfg:
-        for label, act, rec_s in capture(name, batch, limit):
-            row = run_codecs(act, args.rel, repeats, sz, zfp)
+        for label, act, recompute in capture(name, batch, limit):
+            row = run_codecs(act, args.rel, repeats, sz, zfp, recompute)
             row["tensor"] = label
-            row["recompute_mbs"] = row["mb"] / rec_s if rec_s == rec_s and rec_s > 0 else None
             rows.append(row)
+            if args.stages and row["eb"] > 0:
+                stages.append({"tensor": label, **stage_profile(act, row["eb"], repeats)})
+            if args.ablate and row["eb"] > 0:
+                for variant, kw in ABLATIONS.items():
+                    c = ChannelMixCodec(error_bound_abs=row["eb"], **kw)
+                    row[f"ablate_{variant}_ratio"] = row["mb"] * 1e6 / len(c.encode(act.float()))
     summary = {}
     for name, _, _ in cfg:
         rs = [r for r in rows if r["tensor"].startswith(name + ":") and "mix_ratio" in r]
@@ -196,6 +234,10 @@ def main(argv: list[str] | None = None) -> int:
             "int8_ratio": statistics.median(r["int8_ratio"] for r in rs),
             "int4_ratio": statistics.median(r["int4_ratio"] for r in rs),
         }
+        for variant in ABLATIONS if args.ablate else ():
+            s[f"ablate_{variant}_ratio_geomean"] = float(
+                np.exp(np.mean([np.log(r[f"ablate_{variant}_ratio"]) for r in rs]))
+            )
         if sz is not None:
             s["sz3_ratio_geomean"] = float(np.exp(np.mean([np.log(r["sz3_ratio"]) for r in rs])))
             s["sz3_mbs_median"] = statistics.median(r["sz3_mbs"] for r in rs)
@@ -203,6 +245,8 @@ def main(argv: list[str] | None = None) -> int:
             s["zfp_ratio_geomean"] = float(np.exp(np.mean([np.log(r["zfp_ratio"]) for r in rs])))
         summary[name] = s
     result = {"rel_error_bound": args.rel, "summary": summary, "rows": rows, "notes": notes}
+    if stages:
+        result["stages_ms"] = stages
     if args.json:
         print(json.dumps(result, indent=1))
         return 0
@@ -216,7 +260,82 @@ def main(argv: list[str] | None = None) -> int:
     print("\nsummary (per model):")
     for name, s in summary.items():
         print(name, " ".join(f"{k}={_fmt(v)}" for k, v in s.items()))
+    if stages:
+        print("\nmix codec stages (median thread CPU ms):")
+        keys = list(stages[0])
+        print(" | ".join(keys))
+        for st in stages:
+            print(" | ".join(_fmt(st.get(k)) for k in keys))
     return 0
+
+
+#: codec variants of ``--ablate`` (ChannelMixCodec keyword arguments)
+ABLATIONS = {
+    "exact_outliers": {"exact_outliers": True},
+    "no_template": {"template": False},
+    "no_rich_path": {"outlier_fraction": 1.0},
+}
+
+#: (module attribute, stage label) pairs timed by :func:`stage_profile`
+_STAGES = (
+    ("torch.aminmax", "range"),
+    ("grid.sample_rows", "sample"),
+    ("grid.moments", "moments"),
+    ("grid.outlier_share", "outlier_share"),
+    ("grid.quantize_codes", "quantize"),
+    ("grid.batch_template", "template"),
+    ("grid.encode_rich", "rich_blocks"),
+    ("mix.pack_frame", "pack_zstd"),
+    ("mix.unpack_frame", "unpack_zstd"),
+    ("grid.dequantize", "dequantize"),
+    ("grid.decode_rich", "rich_decode"),
+)
+
+
+def stage_profile(act: torch.Tensor, eb: float, repeats: int) -> dict:
+    """Median thread CPU ms per stage of the mix codec on ``act`` (wrapped functions)."""
+    from edgetrain.compress import grid, mix
+
+    mods = {"torch": torch, "grid": grid, "mix": mix}
+    acc: dict = {label: [] for _, label in _STAGES}
+    saved = []
+
+    def wrap(mod, attr, label):
+        f = getattr(mod, attr)
+
+        def g(*a, **k):
+            t0 = time.thread_time()
+            try:
+                return f(*a, **k)
+            finally:
+                acc[label][-1] += time.thread_time() - t0
+
+        saved.append((mod, attr, f))
+        setattr(mod, attr, g)
+
+    codec = ChannelMixCodec(error_bound_abs=eb)
+    a = act.float()
+    enc, dec = [], []
+    try:
+        for path, label in _STAGES:
+            m, attr = path.split(".")
+            wrap(mods[m], attr, label)
+        for _ in range(repeats):
+            for v in acc.values():
+                v.append(0.0)
+            t0 = time.thread_time()
+            data = codec.encode(a)
+            t1 = time.thread_time()
+            codec.decode(data)
+            dec.append(time.thread_time() - t1)
+            enc.append(t1 - t0)
+    finally:
+        for mod, attr, f in reversed(saved):
+            setattr(mod, attr, f)
+    out = {k: 1e3 * statistics.median(v) for k, v in acc.items()}
+    out["encode_total"] = 1e3 * statistics.median(enc)
+    out["decode_total"] = 1e3 * statistics.median(dec)
+    return out
 
 
 def _fmt(v) -> str:

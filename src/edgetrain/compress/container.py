@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import struct
+import threading
 from typing import Any
 
 import numpy as np
@@ -27,19 +28,30 @@ _HEAD = struct.Struct("<4sBI")
 
 
 def pack_frame(
-    meta: dict[str, Any], arrays: dict[str, np.ndarray], *, entropy: bool, level: int = 3
+    meta: dict[str, Any],
+    arrays: dict[str, np.ndarray],
+    *,
+    entropy: bool,
+    level: int = 3,
+    cctx: zstandard.ZstdCompressor | None = None,
 ) -> bytes:
-    """Serialise ``meta`` and ``arrays``; with ``entropy`` each section is zstd-compressed."""
+    """Serialise ``meta`` and ``arrays``; with ``entropy`` each section is zstd-compressed
+    (with ``cctx`` when given, a reused compressor, else a new one at ``level``).  A
+    section that zstd does not shrink is stored raw: entropy coding is skipped where
+    it does not pay."""
     sections: list[bytes] = []
     table = []
-    cctx = zstandard.ZstdCompressor(level=level) if entropy else None
+    if entropy and cctx is None:
+        cctx = zstandard.ZstdCompressor(level=level)
+    elif not entropy:
+        cctx = None
     for name, arr in arrays.items():
-        arr = np.ascontiguousarray(arr)
-        raw = arr.astype(arr.dtype.newbyteorder("<"), copy=False).tobytes()
-        use_z = bool(cctx is not None and len(raw) > 64)
-        blob = cctx.compress(raw) if use_z else raw
-        if use_z and len(blob) >= len(raw):  # incompressible: keep raw
-            blob, use_z = raw, False
+        arr = np.ascontiguousarray(arr).astype(arr.dtype.newbyteorder("<"), copy=False)
+        use_z = bool(cctx is not None and arr.nbytes > 64)
+        # zstd reads the array's buffer directly (no bytes copy of a large code array)
+        blob = cctx.compress(arr.reshape(-1).view(np.uint8)) if use_z else arr.tobytes()
+        if use_z and len(blob) >= arr.nbytes:  # incompressible: keep raw
+            blob, use_z = arr.tobytes(), False
         sections.append(blob)
         table.append(
             {
@@ -52,6 +64,17 @@ def pack_frame(
         )
     header = json.dumps({"meta": meta, "sections": table}, separators=(",", ":")).encode()
     return _HEAD.pack(MAGIC, VERSION, len(header)) + header + b"".join(sections)
+
+
+_local = threading.local()
+
+
+def _decompressor() -> zstandard.ZstdDecompressor:
+    """A per-thread reused decompression context."""
+    d = getattr(_local, "dctx", None)
+    if d is None:
+        d = _local.dctx = zstandard.ZstdDecompressor()
+    return d
 
 
 def unpack_frame(data: bytes) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
@@ -67,10 +90,11 @@ def unpack_frame(data: bytes) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
     pos = _HEAD.size
     header = json.loads(data[pos : pos + hlen])
     pos += hlen
-    dctx = zstandard.ZstdDecompressor()
+    dctx = _decompressor()
+    view = memoryview(data)  # slices without copying the payload
     arrays: dict[str, np.ndarray] = {}
     for sec in header["sections"]:
-        blob = data[pos : pos + sec["len"]]
+        blob = view[pos : pos + sec["len"]]
         if len(blob) != sec["len"]:
             raise DataError("encoded tensor is truncated")
         pos += sec["len"]
