@@ -13,12 +13,14 @@ Sections (paper figure in brackets; ``--sections`` names in parentheses):
    ``--reps`` repetitions per N [Fig. 10] — schedules and the simulated clock only;
 3. (sweep) the same without the DQN for several busy durations: how much time the
    best possible schedule can save over Tree and Ring under this clock;
-4. (explore) DQN episodes to convergence with TDGE vs DGE vs TGE, medians over seeds
+4. (threshold) eq. 8's threshold T(N) against the best return any schedule reaches
+   (exact dynamic programming) and the share of random episodes passing it [eq. 8-10];
+5. (explore) DQN episodes to convergence with TDGE vs DGE vs TGE, medians over seeds
    [Fig. 8];
-5. (speedup) speed-up of an N-device epoch over single-device training, both on the
+6. (speedup) speed-up of an N-device epoch over single-device training, both on the
    phone compute model, Bluetooth and Wi-Fi Direct, at the watch data's size and at
    MDLdroid Table 1's smallest and largest training-set sizes [Fig. 14];
-6. (tradeoff) aggregations per epoch × epochs trade-off: accuracy, time, battery,
+7. (tradeoff) aggregations per epoch × epochs trade-off: accuracy, time, battery,
    against single-device training [Fig. 12-14].
 Time and energy are simulated from the device profiles; accuracy is real.
 """
@@ -26,6 +28,8 @@ Time and energy are simulated from the device profiles; accuracy is real.
 from __future__ import annotations
 
 import argparse
+import copy
+import math
 import statistics
 import time
 
@@ -36,8 +40,16 @@ from edgetrain import data, devices, models
 from edgetrain.decentralized.chain_scheduler import ChainScheduler
 from edgetrain.decentralized.costs import BUSY_S, link_time_s, simulate_iteration
 from edgetrain.decentralized.dqn import DQNAgent, DQNConfig, reward_converged_at
-from edgetrain.decentralized.env import GLOBAL, PER_DEVICE, ChainSchedulingEnv, threshold
-from edgetrain.decentralized.resources import DeviceStatus, random_statuses
+from edgetrain.decentralized.env import (
+    GLOBAL,
+    PER_DEVICE,
+    ChainSchedulingEnv,
+    RewardConfig,
+    _f,
+    optimum,
+    threshold,
+)
+from edgetrain.decentralized.resources import DeviceStatus, as_free, random_statuses
 from edgetrain.decentralized.schedulers import (
     EarliestPairScheduler,
     RingScheduler,
@@ -50,9 +62,11 @@ from edgetrain.decentralized.trainer import (
     training_flops_per_sample,
 )
 
-SECTIONS = ("acc", "sched", "sweep", "explore", "speedup", "tradeoff")
+SECTIONS = ("acc", "sched", "sweep", "threshold", "explore", "speedup", "tradeoff")
 # MDLdroid §4.1 / Table 1: the six data sets' training sets range from 25 MB to 900 MB.
 PAPER_TRAIN_MB = (25, 900)
+# (a, b) pairs of the busy-overhead table: "a's overhead is x % less than b's"
+OH_PAIRS = (("chain", "tree"), ("chain", "ring"), ("opt", "tree"), ("opt", "ring"))
 
 
 def table(title: str, header: list[str], rows: list[list]) -> None:
@@ -90,6 +104,8 @@ def accuracy_section(ds, ns, epochs: int, seeds: list[int]) -> None:
                 peak[agg] = max(peak.get(agg, 0), r.peak_model_copies)
         med = {a: statistics.median(v) for a, v in acc.items()}
         below = sum(nb < c for nb, c in zip(acc["neighbor"], acc["central"], strict=True))
+        gap = [nb - c for nb, c in zip(acc["neighbor"], acc["central"], strict=True)]
+        chain_gap = max(abs(a - c) for a, c in zip(acc["chain"], acc["central"], strict=True))
         rows.append(
             [
                 n,
@@ -97,21 +113,31 @@ def accuracy_section(ds, ns, epochs: int, seeds: list[int]) -> None:
                 med["neighbor"],
                 med["central"],
                 round(med["chain"] - med["central"], 6),
+                round(chain_gap, 6),
                 f"{below}/{len(seeds)}",
+                statistics.mean(gap),
+                min(gap),
+                max(gap),
                 peak["chain"],
                 peak["central"],
             ]
         )
     table(
         f"Accuracy (%) after {epochs} epochs, median of seeds {seeds}, watch, one person per "
-        "device [Fig. 3, Table 3] and peak model copies per device [Fig. 11a]",
+        "device, Ring order, no busy device; the global model every device holds after the "
+        "broadcast, on the shared test set [Fig. 3, Table 3]; Nb-Ce = Neighbor - Central per "
+        "seed (points); peak model copies per device [Fig. 11a]",
         [
             "N",
             "Chain",
             "Neighbor",
             "Central",
             "Chain-Central",
+            "max abs(Chain-Central)",
             "Neighbor<Central",
+            "mean Nb-Ce",
+            "min Nb-Ce",
+            "max Nb-Ce",
             "Chain peak",
             "Central peak",
         ],
@@ -152,6 +178,7 @@ def scheduler_section(ds, ns, reps: int, first: int, relearn: int, seed: int) ->
     c = clock.transfer_s
     names = ("chain", "tree", "ring", "opt")
     rows_t, rows_e, avg = [], [], {k: [] for k in ("ct", "cr", "ot", "or", "ict", "icr", "v")}
+    rows_o, pooled = [], dict.fromkeys(names, 0.0)
     for n in ns:
         prof, flops, train_s = clock.fleet(n)
         scheds = {
@@ -167,9 +194,17 @@ def scheduler_section(ds, ns, reps: int, first: int, relearn: int, seed: int) ->
         ti = {k: [] for k in names}
         var = {k: [] for k in names}
         after = {k: [] for k in names}  # transfers after the last busy device is free
+        free5 = {k: [] for k in names}  # eq.5 time of the same devices all free
         fallbacks = 0
         for _ in range(reps):
             st = random_statuses(n, rng, 0.5)
+            free = [as_free(s) for s in st]
+            any_busy = any(s.busy for s in st)
+            # Chain's all-free reference: the same DQN, in the same state, asked to
+            # schedule the same devices all free (a copy, so the run is not perturbed).
+            # With no busy device the copy would see the same statuses and return the
+            # same schedule, so it is only built when one is busy.
+            chain_free = copy.deepcopy(scheds["chain"]) if any_busy else None
             release = max((train_s[s.device] + BUSY_S for s in st if s.busy), default=None)
             for k in names:
                 cost = clock.run(scheds[k].schedule(st), st, prof, flops)
@@ -178,7 +213,30 @@ def scheduler_section(ds, ns, reps: int, first: int, relearn: int, seed: int) ->
                 var[k].append(cost.energy_variance)
                 if release is not None:
                     after[k].append((cost.eq5_time_s - release) / c)
+                if not any_busy:
+                    free5[k].append(cost.eq5_time_s)
+                    continue
+                ref = chain_free if k == "chain" else scheds[k]
+                if k == "opt":
+                    ref = EarliestPairScheduler(BUSY_S, c, train_s)
+                free5[k].append(clock.run(ref.schedule(free), free, prof, flops).eq5_time_s)
             fallbacks += scheds["chain"].log[-1].fallback
+        # busy overhead per allocation: own scheduler's all-free time as the base, and a
+        # common base (the latency-optimal all-free time, the least any schedule needs)
+        oh = {
+            k: statistics.mean(a - b for a, b in zip(t5[k], free5[k], strict=True)) for k in names
+        }
+        ohc = {
+            k: statistics.mean(a - b for a, b in zip(t5[k], free5["opt"], strict=True))
+            for k in names
+        }
+        for k in names:
+            pooled[k] += sum(a - b for a, b in zip(t5[k], free5[k], strict=True))
+        rows_o.append(
+            [n, oh["chain"], oh["tree"], oh["ring"], oh["opt"]]
+            + [pct_less(oh[a], oh[b]) for a, b in OH_PAIRS]
+            + [pct_less(ohc[a], ohc[b]) for a, b in OH_PAIRS]
+        )
         m5 = {k: statistics.mean(v) for k, v in t5.items()}
         mi = {k: statistics.mean(v) for k, v in ti.items()}
         mv = {k: statistics.mean(v) for k, v in var.items()}
@@ -228,6 +286,14 @@ def scheduler_section(ds, ns, reps: int, first: int, relearn: int, seed: int) ->
         rows_t,
     )
     rows_e.append(["mean", "", "", "", "", mean["v"]] + [""] * 6)
+    if rows_o:
+        cols = list(zip(*(r[5:] for r in rows_o), strict=True))
+        rows_o.append(["mean", "", "", "", ""] + [statistics.mean(col) for col in cols])
+        rows_o.append(
+            ["pooled", pooled["chain"], pooled["tree"], pooled["ring"], pooled["opt"]]
+            + [pct_less(pooled[a], pooled[b]) for a, b in OH_PAIRS]
+            + [""] * len(OH_PAIRS)
+        )
     table(
         "Energy variance of aggregation energy (J², eq. 6) [Fig. 10b] and Bluetooth "
         "transfers between the last busy device becoming free and the end of the reduce "
@@ -247,6 +313,31 @@ def scheduler_section(ds, ns, reps: int, first: int, relearn: int, seed: int) ->
             "DQN fallbacks",
         ],
         rows_e,
+    )
+    table(
+        "Latency overhead due to busy condition (MDLdroid abstract: 23 % / 53 % less than "
+        "Tree / Ring): per allocation, eq.5 time minus the eq.5 time of the same devices all "
+        "free, mean over the allocations (s; no-busy draws count as 0). Own = each "
+        "scheduler's own all-free schedule as the base (Chain: a copy of the DQN in the same "
+        "state); common = the latency-optimal all-free time as the base for all. % = "
+        "reduction, ratio of the N's means; 'mean' row = mean of the per-N %, 'pooled' row = "
+        "ratio of the overheads summed over every N and allocation (s)",
+        [
+            "N",
+            "Chain OH s",
+            "Tree OH s",
+            "Ring OH s",
+            "Opt OH s",
+            "own Chain<Tree %",
+            "own Chain<Ring %",
+            "own Opt<Tree %",
+            "own Opt<Ring %",
+            "common Chain<Tree %",
+            "common Chain<Ring %",
+            "common Opt<Tree %",
+            "common Opt<Ring %",
+        ],
+        rows_o,
     )
 
 
@@ -322,14 +413,69 @@ def _random_pass_rate(env: ChainSchedulingEnv, thr: float, episodes: int, seed: 
     return hits / episodes
 
 
-def exploration_section(ns, reps: int, budget: int, busy_delay: float, seed: int) -> None:
+def _closed_form_threshold(n: int, k: int, cfg: RewardConfig, busy_delay: float) -> float:
+    """The threshold as it was before round 4 (busy part estimated in closed form:
+    ρk²/(2(N−1)) and one transfer after the busy delay), kept to show the change."""
+    base = 2 * (n - 1) * cfg.alpha + cfg.complete
+    depth = math.ceil(math.log2(n))
+    makespan = max(depth, (busy_delay + 1) if k else 0)
+    busy_floor = cfg.rho * k * k / (2 * (n - 1))
+    return base + busy_floor - cfg.latency * makespan + _f(n, cfg.beta) + cfg.beta * depth - cfg.phi
+
+
+def threshold_section(ns, episodes: int, busy_delay: float, seed: int) -> None:
+    """Eq. 8's threshold against the best return any schedule can reach (exact DP),
+    per N and number of busy devices k, and how often a random valid episode (TDGE's
+    ε = 1 phase) passes it."""
+    cfg = RewardConfig()
+    rows = []
+    for n in ns:
+        for k in range(n // 2 + 1):
+            best = optimum(n, k, cfg, busy_delay)
+            thr = threshold(n, k, cfg, busy_delay)
+            lit = _f(n, cfg.beta) + cfg.beta * math.ceil(math.log2(n)) - cfg.phi
+            old = _closed_form_threshold(n, k, cfg, busy_delay)
+            st = [DeviceStatus(d, in_use=d < k) for d in range(n)]
+            env = ChainSchedulingEnv(n, st, busy_delay=busy_delay)
+            rates = [_random_pass_rate(env, t, episodes, seed) for t in (thr, old, lit)]
+            rows.append(
+                [n, k, best, thr, best - thr, lit, best - lit, old, best - old]
+                + [100 * r for r in rates]
+            )
+    table(
+        "Eq. 8 threshold vs the best reachable return (exact DP over all schedules), "
+        f"busy delay {busy_delay:.2f} transfers, k busy devices; rand% = % of {episodes} "
+        "random valid episodes whose return passes the bar (TDGE/TGE leave ε = 1 only "
+        "then). T = ours (eq. 8 + order-independent base + exact busy shift); eq.8 = f+g−Φ "
+        "alone; old = round-3 closed-form busy estimate",
+        [
+            "N",
+            "k",
+            "best",
+            "T",
+            "best-T",
+            "eq.8",
+            "best-eq.8",
+            "old T",
+            "best-old",
+            "rand% T",
+            "rand% old",
+            "rand% eq.8",
+        ],
+        rows,
+    )
+
+
+def exploration_section(
+    ns, reps: int, budget: int, busy_delay: float, seed: int, bars=("eq8", "tree")
+) -> None:
     """Every run spends the whole budget (Algorithm 2 runs to max Epoch) so the three
     strategies' training-reward curves can be compared; two convergence points are
     read off: the greedy policy first reaching the bar (checked every 5 episodes; where
     the Chain scheduler ends a learning slot) and the training reward's 10-episode mean
     first reaching the bar (Fig. 8b's convergence of cumulative reward)."""
     rows = []
-    for bar in ("eq8", "tree"):
+    for bar in bars:
         for n in ns:
             row: list = [bar, n]
             pass_rates = []
@@ -517,6 +663,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--acc-max-n", type=int, default=None, help="largest N, accuracy rows")
     ap.add_argument("--explore-reps", type=int, default=8, help="DQN seeds per strategy and N")
     ap.add_argument("--explore-budget", type=int, default=300, help="episodes per DQN run")
+    ap.add_argument(
+        "--explore-bars", default="eq8,tree", help="comma list of bars: eq8 (T(N)), tree"
+    )
     ap.add_argument("--tradeoff-n", type=int, default=4)
     ap.add_argument("--tradeoff-epochs", type=int, default=10, help="E of the 1-E, 2-E rows")
     args = ap.parse_args(argv)
@@ -533,6 +682,7 @@ def main(argv: list[str] | None = None) -> None:
             "acc": lambda: accuracy_section(ds, [3], 1, [args.seed]),
             "sched": lambda: scheduler_section(ds, [4], 3, 20, 5, args.seed),
             "sweep": lambda: sweep_section(ds, [3, 4], 5, [2.0], args.seed),
+            "threshold": lambda: threshold_section([3, 4], 50, 2.0, args.seed),
             "explore": lambda: exploration_section([3], 1, 20, 2.0, args.seed),
             "speedup": lambda: speedup_section(ds, [2], args.seed),
             "tradeoff": lambda: tradeoff_section(ds, 2, [(1, 1), (2, 1)], args.seed, 20, 5),
@@ -552,12 +702,14 @@ def main(argv: list[str] | None = None) -> None:
             "sweep": lambda: sweep_section(
                 ds, [n for n in ns if n >= 3], args.sweep_reps, [1, 2, 3, bd, 10], args.seed
             ),
+            "threshold": lambda: threshold_section(ns, 1000, bd, args.seed),
             "explore": lambda: exploration_section(
                 [n for n in (3, 5, 7, 9) if n <= args.max_n],
                 args.explore_reps,
                 args.explore_budget,
                 bd,
                 args.seed,
+                tuple(args.explore_bars.split(",")),
             ),
             "speedup": lambda: speedup_section(ds, ns, args.seed),
             # MDLdroid's 1-E20, 2-E20, 10-E20, 1-E30, 1-E40, scaled to E = --tradeoff-epochs

@@ -5,6 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from gymnasium.utils.env_checker import check_env
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from edgetrain.decentralized.chain_scheduler import ChainScheduler
 from edgetrain.decentralized.dqn import DQNAgent, DQNConfig
@@ -14,6 +16,8 @@ from edgetrain.decentralized.env import (
     ChainSchedulingEnv,
     RewardConfig,
     _f,
+    best_return,
+    optimum,
     threshold,
 )
 from edgetrain.decentralized.resources import DeviceStatus, random_statuses
@@ -132,3 +136,76 @@ def test_reward_convergence_point_is_first_full_window_at_the_bar():
     assert reward_converged_at(returns, 0.5, window=10) == 10  # mean of eps 1-10 is 0.5
     assert reward_converged_at(returns, 2.0, window=10) is None
     assert reward_converged_at([3.0] * 4, 1.0, window=10) is None  # shorter than a window
+
+
+def _exhaustive_best(env: ChainSchedulingEnv) -> float:
+    """Every valid action sequence from reset, stepped on copies of the env."""
+    import copy
+
+    best = float("-inf")
+
+    def walk(e: ChainSchedulingEnv, total: float) -> None:
+        nonlocal best
+        for a in np.flatnonzero(e.action_mask()):
+            e2 = copy.deepcopy(e)
+            _, r, done, _, _ = e2.step(int(a))
+            if not done:
+                walk(e2, total + r)
+            elif e2.complete():
+                best = max(best, total + r)
+
+    walk(env, 0.0)
+    return best
+
+
+@settings(max_examples=12, deadline=None)
+@given(
+    n=st.integers(2, 4),
+    busy_mask=st.integers(0, 15),
+    busy_delay=st.sampled_from([0.5, 2.0, 6.7]),
+)
+def test_best_return_is_the_exhaustive_maximum_and_its_schedule_collects_it(
+    n, busy_mask, busy_delay
+):
+    statuses = [DeviceStatus(d, in_use=bool(busy_mask >> d & 1)) for d in range(n)]
+    env = ChainSchedulingEnv(n, statuses, busy_delay=busy_delay)
+    env.reset()
+    best, sched = best_return(env)
+    env.reset()
+    assert best == pytest.approx(_exhaustive_best(env))
+    env.reset()
+    total = 0.0
+    for p in sched.pairs:
+        for a in (p.sender, p.receiver):
+            total += env.step(a)[1]
+    assert env.complete() and total == pytest.approx(best)
+    # which devices are busy does not matter, only how many
+    k = sum(s.busy for s in statuses)
+    assert optimum(n, k, env.cfg, busy_delay) == pytest.approx(best)
+
+
+def test_threshold_is_reachable_for_every_busy_count():
+    """Eq. 8's T sits below the exact optimum by at most Φ for N = 2..7 and any number
+    of busy devices (the closed-form busy estimate it replaced put T above the optimum
+    at k = 3 of 7, so TDGE never left ε = 1 there)."""
+    cfg = RewardConfig()
+    for n in range(2, 8):
+        for k in range(n // 2 + 1):
+            gap = optimum(n, k, cfg, 6.7) - threshold(n, k, cfg, 6.7)
+            assert 0.0 < gap <= cfg.phi + 1e-9, (n, k, gap)
+        # every extra busy device costs something, so T falls with k
+        ts = [threshold(n, k, cfg, 6.7) for k in range(n // 2 + 1)]
+        assert all(a > b for a, b in zip(ts, ts[1:], strict=False))
+    with pytest.raises(ConfigError, match="n_busy"):
+        optimum(3, 4)
+
+
+def test_as_free_clears_busy_causes_and_keeps_free_reports():
+    from edgetrain.decentralized.resources import as_free
+
+    rng = np.random.default_rng(5)
+    for s in random_statuses(9, rng, 0.5) + [DeviceStatus(0, battery_frac=0.05)]:
+        f = as_free(s)
+        assert not f.busy and f.device == s.device
+        if not s.busy:
+            assert f == s

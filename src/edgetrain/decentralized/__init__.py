@@ -31,7 +31,7 @@ from edgetrain.decentralized.costs import IterationCost, energy_variance, simula
 from edgetrain.decentralized.dqn import DQNAgent, DQNConfig
 from edgetrain.decentralized.env import ChainSchedulingEnv, RewardConfig, threshold
 from edgetrain.decentralized.faults import DeviceCache, Fault
-from edgetrain.decentralized.resources import DeviceStatus, random_statuses
+from edgetrain.decentralized.resources import DeviceStatus, as_free, random_statuses
 from edgetrain.decentralized.schedule import Pair, Schedule, star_schedule
 from edgetrain.decentralized.schedulers import (
     EarliestPairScheduler,
@@ -66,6 +66,7 @@ __all__ = [
     "Schedule",
     "Scheduler",
     "TreeScheduler",
+    "as_free",
     "binomial_broadcast",
     "energy_variance",
     "make_aggregator",

@@ -38,12 +38,14 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 
 import gymnasium as gym
 import numpy as np
 
 from edgetrain.decentralized.resources import DeviceStatus, random_statuses
 from edgetrain.decentralized.schedule import Pair, Schedule
+from edgetrain.errors import ConfigError
 
 FREE, BUSY, SEND, GET, DONE = range(5)
 STATE_NAMES = ("free", "busy", "send", "get", "done")
@@ -67,9 +69,10 @@ class RewardConfig:
     # `busy_delay` units). Equal to β so one extra sequential round weighs as
     # much as one extra aggregation on a device: the Tree/Ring trade-off of §3.3.
     latency: float = 0.2
-    # Φ of eq. 8: slack under the estimated optimum so the threshold is reachable
-    # by near-optimal (not only optimal) schedules; 3β measured sufficient for
-    # N = 2..9 with up to half the devices busy (tests/decentralized).
+    # Φ of eq. 8 ("an offset value obtained from our experiment"): slack under the
+    # estimated optimum so that near-optimal (not only optimal) schedules pass. 3β:
+    # with it T lies 0.2-0.6 below the exact best return for N = 2..9 and any number
+    # of busy devices (tests/decentralized, benchmarks/mdldroid.py --sections threshold).
     phi: float = 0.6
 
 
@@ -82,24 +85,48 @@ def _f(n: int, beta: float) -> float:
 def threshold(
     n: int, n_busy: int, cfg: RewardConfig = RewardConfig(), busy_delay: float = 2.0
 ) -> float:
-    """Eq. 8: T(N) = f(N) + g(N) − Φ, g(N) = β⌈log2 N⌉ (eq. 10).
+    """Eq. 8: T(N) = f(N) + g(N) − Φ, g(N) = β⌈log2 N⌉ (eq. 10), on our reward's scale.
 
-    The paper measures T against its own reward baseline; ours adds what every
-    complete episode collects regardless of the order, 2(N−1)α + R_complete,
-    and the least busy penalty that k busy devices must pay when picked last,
-    ≈ ρk²/(2(N−1)), and the latency cost of the shortest possible reduce
-    (⌈log2 N⌉ rounds, or a busy device's delay plus one transfer) — otherwise a
-    threshold fixed in β units could never be reached once a device is busy and
-    TDGE would explore forever.
+    f and g are in reward units (multiples of β): f is the balance reward a
+    ⌈log2 N⌉-round tree can collect (β per odd level, eq. 9), g the latency part.
+    Eq. 8 leaves out what every complete episode collects whatever the order,
+    2(N−1)α + R_complete, and our reward's latency cost of the shortest possible
+    reduce, −latency·⌈log2 N⌉ (eq. 7 has no latency term; ours does, see
+    :class:`RewardConfig`); both are added so that T is on the scale of a return —
+    with eq. 8 alone, T lies above every reachable return from N = 5 on.
+
+    Busy devices (not in eq. 8, whose T depends on N only) lower T by exactly what
+    they lower the best reachable return, :func:`optimum` (N, 0) − (N, k): an
+    earlier closed-form estimate (ρk²/(2(N−1)) and one transfer after the busy
+    delay) put T above the exact optimum at N ≥ 5 with k = ⌊N/2⌋ busy, so TDGE and
+    TGE could never leave ε = 1 on those allocations. The gap T leaves below the
+    optimum is then the all-free one, 0.2-0.6 for N = 2..9 (benchmarks/mdldroid.py
+    ``--sections threshold``).
     """
     if n < 2:
         return cfg.complete
     base = 2 * (n - 1) * cfg.alpha + cfg.complete
-    busy_floor = cfg.rho * n_busy * n_busy / (2 * (n - 1))
     depth = math.ceil(math.log2(n))
     g = cfg.beta * depth
-    makespan = max(depth, (busy_delay + 1) if n_busy else 0)
-    return base + busy_floor - cfg.latency * makespan + _f(n, cfg.beta) + g - cfg.phi
+    free = base - cfg.latency * depth + _f(n, cfg.beta) + g - cfg.phi
+    if n_busy <= 0:
+        return free
+    return free - (optimum(n, 0, cfg, busy_delay) - optimum(n, n_busy, cfg, busy_delay))
+
+
+@lru_cache(maxsize=256)
+def optimum(
+    n: int, n_busy: int, cfg: RewardConfig = RewardConfig(), busy_delay: float = 2.0
+) -> float:
+    """The best return any complete episode can reach with ``n_busy`` of ``n`` devices
+    busy (exact, :func:`best_return`). The reward sees devices only through their busy
+    flag, so which devices are busy does not matter."""
+    if not 0 <= n_busy <= n:
+        raise ConfigError(f"n_busy must be in 0..{n} (the devices), got {n_busy}")
+    st = [DeviceStatus(d, in_use=d < n_busy) for d in range(n)]
+    env = ChainSchedulingEnv(n, st, reward=cfg, busy_delay=busy_delay)
+    env.reset()
+    return best_return(env)[0]
 
 
 class ChainSchedulingEnv(gym.Env):
@@ -256,3 +283,73 @@ class ChainSchedulingEnv(gym.Env):
 
     def complete(self) -> bool:
         return len(self.pairs) == len(self.live) - 1
+
+
+def best_return(env: ChainSchedulingEnv) -> tuple[float, Schedule]:
+    """The highest return any complete episode can collect on ``env``'s current
+    resources, and one schedule that collects it (exact, by dynamic programming).
+
+    Eq. 7's reward depends on a device only through its busy flag, its aggregation
+    count and the time it becomes available, so two devices alike in those three are
+    interchangeable; memoising on the sorted multiset of them keeps the search small
+    (N = 9 in well under a second). Used to check how far eq. 8's threshold is from
+    what can be reached at all. Call after ``env.reset()``; the env is not stepped.
+    """
+    cfg = env.cfg
+    steps = env.best_steps
+    live = env.live
+    busy = {d: bool(env._busy[d]) for d in live}
+    start_avail = {d: (env.busy_delay if busy[d] else 0.0) for d in live}
+
+    def pen(d_busy: bool, t: int) -> float:
+        return cfg.rho * (1.0 - t / max(1, steps)) if d_busy else 0.0
+
+    memo: dict[tuple, float] = {}
+
+    def key(alive: dict[int, tuple], sender: int | None, makespan: float) -> tuple:
+        rest = sorted((b, c, round(a, 9)) for d, (b, c, a) in alive.items() if d != sender)
+        s = None if sender is None else alive[sender][:2] + (round(alive[sender][2], 9),)
+        return (tuple(rest), s, round(makespan, 9))
+
+    def moves(alive: dict[int, tuple], sender: int | None, makespan: float, t: int):
+        """(device, reward, next alive, next sender, next makespan) for each valid action."""
+        for d, (b, c, a) in alive.items():
+            if d == sender:
+                continue
+            if sender is None:
+                yield d, cfg.alpha + cfg.beta * c + pen(b, t), alive, d, makespan
+                continue
+            sb, sc, sa = alive[sender]
+            end = max(a, sa) + 1.0
+            r = cfg.alpha - cfg.beta * c + pen(b, t) - cfg.latency * max(0.0, end - makespan)
+            nxt = {k: v for k, v in alive.items() if k != sender}
+            nxt[d] = (b, c + 1, end)
+            if len(nxt) <= 1:
+                r += cfg.complete
+            yield d, r, nxt, None, max(makespan, end)
+
+    def value(alive: dict[int, tuple], sender: int | None, makespan: float) -> float:
+        if len(alive) <= 1 and sender is None:
+            return 0.0
+        k = key(alive, sender, makespan)
+        if k not in memo:
+            t = 2 * (len(live) - len(alive)) + (sender is not None)
+            memo[k] = max(
+                r + value(nxt, s, m) for _, r, nxt, s, m in moves(alive, sender, makespan, t)
+            )
+        return memo[k]
+
+    alive = {d: (busy[d], 0, start_avail[d]) for d in live}
+    best = value(alive, None, 0.0)
+    # walk the optimum back to device ids
+    pairs, sender, makespan, t = [], None, 0.0, 0
+    while not (len(alive) <= 1 and sender is None):
+        target = value(alive, sender, makespan)
+        for d, r, nxt, s, m in moves(alive, sender, makespan, t):
+            if math.isclose(r + value(nxt, s, m), target, abs_tol=1e-9):
+                if sender is not None:
+                    pairs.append(Pair(sender, d))
+                alive, sender, makespan = nxt, s, m
+                break
+        t += 1
+    return best, Schedule(tuple(live), tuple(pairs))

@@ -8,7 +8,7 @@ S_busy / S_free; ours is below, each threshold with its reason.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 import numpy as np
 
@@ -99,3 +99,23 @@ def random_statuses(
 
 def busy_set(statuses: Sequence[DeviceStatus]) -> frozenset[int]:
     return frozenset(s.device for s in statuses if s.busy)
+
+
+def as_free(status: DeviceStatus) -> DeviceStatus:
+    """The same device's report with every busy cause cleared, its other readings kept.
+
+    The reference for "latency overhead due to busy condition" (MDLdroid abstract):
+    the time of an allocation minus the time of the same devices all free. Clearing
+    moves each busy reading just inside the healthy range that :func:`random_statuses`
+    draws free devices from (CPU ≤ 0.5, memory and battery ≥ 0.3), so a report that
+    is already free is returned unchanged.
+    """
+    if not status.busy:
+        return status
+    return replace(
+        status,
+        in_use=False,
+        cpu_load=min(status.cpu_load, 0.5),
+        free_memory_frac=max(status.free_memory_frac, 0.3),
+        battery_frac=max(status.battery_frac, 0.3),
+    )
