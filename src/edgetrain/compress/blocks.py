@@ -55,3 +55,24 @@ def csr_decode(
     rows_flat = np.repeat(np.arange(k * n), counts.reshape(-1).astype(np.int64))
     out.reshape(k * n, n)[rows_flat, cols.astype(np.int64)] = vals
     return out
+
+
+def smallest_int(a: np.ndarray) -> np.ndarray:
+    """Store integers in the narrowest signed dtype that holds them."""
+    if a.size == 0:
+        return a.astype(np.int8)
+    lo, hi = int(a.min()), int(a.max())
+    for dt in (np.int8, np.int16, np.int32):
+        info = np.iinfo(dt)
+        if info.min <= lo and hi <= info.max:
+            return a.astype(dt)
+    return a.astype(np.int64)
+
+
+def delta_index(idx: np.ndarray) -> np.ndarray:
+    """Sorted flat indices as gaps (small numbers entropy-code well)."""
+    return smallest_int(np.diff(idx.astype(np.int64), prepend=0))
+
+
+def undelta_index(gaps: np.ndarray) -> np.ndarray:
+    return np.cumsum(gaps.astype(np.int64))

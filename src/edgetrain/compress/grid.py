@@ -47,9 +47,12 @@ from edgetrain.compress.blocks import (
     block_density,
     csr_decode,
     csr_encode,
+    delta_index,
     from_blocks,
     pad_maps,
+    smallest_int,
     to_blocks,
+    undelta_index,
 )
 from edgetrain.compress.lorenzo import decode_codes, encode_codes, lorenzo_delta, lorenzo_restore
 
@@ -303,17 +306,17 @@ def encode_rich(
     dcodes, oidx, ovals = encode_codes(delta[lor])
     counts, cols, vals = csr_encode(sblocks)
     arrays = {
-        "r_out_idx": _delta_index(out_flat),
+        "r_out_idx": delta_index(out_flat),
         "r_out_vals": xr.reshape(-1)[out_flat],
         "r_dense": np.packbits(dense.reshape(-1)),
         "r_lorenzo": np.packbits(lor),
         "r_codes": dcodes,
-        "r_code_out_idx": _delta_index(oidx),
-        "r_code_out_vals": _smallest_int(ovals),
-        "r_plain": _smallest_int(dblocks[~lor]),
+        "r_code_out_idx": delta_index(oidx),
+        "r_code_out_vals": smallest_int(ovals),
+        "r_plain": smallest_int(dblocks[~lor]),
         "r_csr_counts": counts,
         "r_csr_cols": cols,
-        "r_csr_vals": _smallest_int(vals),
+        "r_csr_vals": smallest_int(vals),
     }
     stats = {
         "dense_blocks": int(dense.sum()),
@@ -341,7 +344,7 @@ def decode_rich(
     dq = np.zeros((nd, n, n), dtype=np.int64)
     nl = int(lor.sum())
     delta = decode_codes(
-        arr["r_codes"], _undelta_index(arr["r_code_out_idx"]), arr["r_code_out_vals"]
+        arr["r_codes"], undelta_index(arr["r_code_out_idx"]), arr["r_code_out_vals"]
     )
     dq[lor] = lorenzo_restore(delta.reshape(nl, n, n))
     dq[~lor] = arr["r_plain"]
@@ -351,29 +354,8 @@ def decode_rich(
     )
     q = from_blocks(qb)[:, :r, :w]
     rr = q.astype(np.float32) * np.float32(step)
-    rr.reshape(-1)[_undelta_index(arr["r_out_idx"])] = arr["r_out_vals"]
+    rr.reshape(-1)[undelta_index(arr["r_out_idx"])] = arr["r_out_vals"]
     recon[:, rich_idx, :] = rr.reshape(cr, p_, q_).transpose(1, 0, 2)
-
-
-def _smallest_int(a: np.ndarray) -> np.ndarray:
-    """Store integers in the narrowest signed dtype that holds them."""
-    if a.size == 0:
-        return a.astype(np.int8)
-    lo, hi = int(a.min()), int(a.max())
-    for dt in (np.int8, np.int16, np.int32):
-        info = np.iinfo(dt)
-        if info.min <= lo and hi <= info.max:
-            return a.astype(dt)
-    return a.astype(np.int64)
-
-
-def _delta_index(idx: np.ndarray) -> np.ndarray:
-    """Sorted flat indices as gaps (small numbers entropy-code well)."""
-    return _smallest_int(np.diff(idx.astype(np.int64), prepend=0))
-
-
-def _undelta_index(gaps: np.ndarray) -> np.ndarray:
-    return np.cumsum(gaps.astype(np.int64))
 
 
 def as_tensor(a: np.ndarray) -> torch.Tensor:

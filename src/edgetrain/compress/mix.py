@@ -61,9 +61,12 @@ from edgetrain.compress.blocks import (
     block_density,
     csr_decode,
     csr_encode,
+    delta_index,
     from_blocks,
     pad_maps,
+    smallest_int,
     to_blocks,
+    undelta_index,
 )
 from edgetrain.compress.container import pack_frame, unpack_frame
 from edgetrain.compress.lorenzo import (
@@ -87,27 +90,6 @@ def _pcq(shape: list[int], cd: int | None) -> tuple[int, int, int, int]:
     q_ = int(np.prod(shape[cd + 1 :], dtype=np.int64))
     rest = [d for i, d in enumerate(shape) if i != cd]
     return p_, shape[cd], q_, (rest[-1] if rest else 1)
-
-
-def _smallest_int(a: np.ndarray) -> np.ndarray:
-    """Store integers in the narrowest signed dtype that holds them."""
-    if a.size == 0:
-        return a.astype(np.int8)
-    lo, hi = int(a.min()), int(a.max())
-    for dt in (np.int8, np.int16, np.int32):
-        info = np.iinfo(dt)
-        if info.min <= lo and hi <= info.max:
-            return a.astype(dt)
-    return a.astype(np.int64)
-
-
-def _delta_index(idx: np.ndarray) -> np.ndarray:
-    """Sorted flat indices as gaps (small numbers entropy-code well)."""
-    return _smallest_int(np.diff(idx.astype(np.int64), prepend=0))
-
-
-def _undelta_index(gaps: np.ndarray) -> np.ndarray:
-    return np.cumsum(gaps.astype(np.int64))
 
 
 def _normal_recon(
@@ -315,15 +297,15 @@ class ChannelMixCodec:
             dcodes, oidx, ovals = encode_codes(lorenzo_delta(dblocks))
             counts, cols, vals = csr_encode(sblocks)
             arrays.update(
-                r_out_idx=_delta_index(out_flat),
+                r_out_idx=delta_index(out_flat),
                 r_out_vals=out_vals,
                 r_dense=np.packbits(dense.reshape(-1)),
                 r_codes=dcodes,
-                r_code_out_idx=_delta_index(oidx),
-                r_code_out_vals=_smallest_int(ovals),
+                r_code_out_idx=delta_index(oidx),
+                r_code_out_vals=smallest_int(ovals),
                 r_csr_counts=counts,
                 r_csr_cols=cols,
-                r_csr_vals=_smallest_int(vals),
+                r_csr_vals=smallest_int(vals),
             )
             rr = _rich_recon(q, step, work)
             rr.reshape(-1)[out_flat] = out_vals
@@ -331,7 +313,7 @@ class ChannelMixCodec:
             n_dense, n_sparse, n_out = int(dense.sum()), int((~dense).sum()), int(out_flat.size)
         # 6. guarantee the bound on the output dtype; patch what exceeds it (input order)
         patch = _exceeding(recon, m, eb, dtype_name)
-        arrays.update(patch_idx=_delta_index(patch), patch_vals=m.reshape(-1)[patch])
+        arrays.update(patch_idx=delta_index(patch), patch_vals=m.reshape(-1)[patch])
         meta.update(
             eb=eb,
             step=step,
@@ -378,7 +360,7 @@ class ChannelMixCodec:
             qb = np.zeros((cr, br, bc, n, n), dtype=np.int64)
             nd = int(dense.sum())
             delta = decode_codes(
-                arr["r_codes"], _undelta_index(arr["r_code_out_idx"]), arr["r_code_out_vals"]
+                arr["r_codes"], undelta_index(arr["r_code_out_idx"]), arr["r_code_out_vals"]
             )
             qb[dense] = lorenzo_restore(delta.reshape(nd, n, n))
             qb[~dense] = csr_decode(
@@ -386,9 +368,9 @@ class ChannelMixCodec:
             )
             q = from_blocks(qb)[:, :r, :w]
             rr = _rich_recon(q, meta["step"], work)
-            rr.reshape(-1)[_undelta_index(arr["r_out_idx"])] = arr["r_out_vals"]
+            rr.reshape(-1)[undelta_index(arr["r_out_idx"])] = arr["r_out_vals"]
             recon[:, rich_idx, :] = rr.reshape(cr, p_, q_).transpose(1, 0, 2)
-        recon.reshape(-1)[_undelta_index(arr["patch_idx"])] = arr["patch_vals"]
+        recon.reshape(-1)[undelta_index(arr["patch_idx"])] = arr["patch_vals"]
         return to_output(recon, meta["dtype"], shape)
 
     # -- fast path (see edgetrain.compress.grid) -----------------------------
