@@ -28,6 +28,12 @@ Writes a PNG per model (``--out``).  ``--quick`` runs a tiny setting (for tests)
 
     python benchmarks/budget_overhead.py [--quick] [--models mobilenetv2:32,bert-small:8]
         [--budgets 0.9,0.8,0.7,0.6,0.5,0.4,0.3,0.25,0.2] [--no-mincut] [--json]
+        [--rounds R [--rounds-at 0.5,0.25]]
+
+``--rounds R`` repeats the whole interleaved measurement of a budget R times and
+reports the median over rounds of the per-round ratio (each round: median of
+``--repeats`` steps of the plan / median of the unplanned steps); the per-round
+ratios are kept in the JSON (``round_ratios``).
 """
 
 from __future__ import annotations
@@ -120,7 +126,27 @@ def _mincut(frac):
     return wrap
 
 
-def bench_model(name, batch, budgets, repeats, mincut, log):
+def _round_ratios(model, plans, inputs, loss_fn, repeats, rounds):
+    """Run the interleaved measurement ``rounds`` times; per round, each plan's ratio of
+    medians vs ``none``.  Returns (first round's result, {plan: [ratio per round]},
+    {plan: [wall ratio per round]}, {plan: max peak over rounds})."""
+    ratios = {k: [] for k in plans}
+    walls = {k: [] for k in plans}
+    peaks = dict.fromkeys(plans, 0)
+    first = None
+    for _ in range(rounds):
+        res = measure_steps(model, plans, inputs, loss_fn, repeats=repeats)
+        first = first or res
+        none_s = statistics.median(res["none"]["times"])
+        none_w = statistics.median(res["none"]["wall"])
+        for k, r in res.items():
+            ratios[k].append(statistics.median(r["times"]) / none_s)
+            walls[k].append(statistics.median(r["wall"]) / none_w)
+            peaks[k] = max(peaks[k], r["peak"])
+    return first, ratios, walls, peaks
+
+
+def bench_model(name, batch, budgets, repeats, mincut, log, rounds=1, rounds_at=None):
     model, inputs, loss_fn = zoo_task(name, batch, seed=0)
     t0 = time.perf_counter()
     codecs = {**codecs_for("hybrid"), **codecs_for("compress")}
@@ -136,7 +162,8 @@ def bench_model(name, batch, budgets, repeats, mincut, log):
         for m in METHODS:
             with contextlib.suppress(BudgetError):
                 plans[m] = plan(prof, budget, m)
-        res = measure_steps(model, plans, inputs, loss_fn, repeats=repeats)
+        n_rounds = rounds if rounds_at is None or frac in rounds_at else 1
+        res, ratios, walls, peaks = _round_ratios(model, plans, inputs, loss_fn, repeats, n_rounds)
         none_s = statistics.median(res["none"]["times"])
         for m in METHODS:
             row = {
@@ -153,14 +180,18 @@ def bench_model(name, batch, budgets, repeats, mincut, log):
                 r = res[m]
                 row.update(
                     feasible=True,
-                    ratio=statistics.median(r["times"]) / none_s,
-                    wall_ratio=statistics.median(r["wall"])
-                    / statistics.median(res["none"]["wall"]),
-                    measured_peak=r["peak"],
+                    # median over rounds of (median plan step / median none step)
+                    ratio=statistics.median(ratios[m]),
+                    round_ratios=ratios[m],
+                    wall_ratio=statistics.median(walls[m]),
+                    measured_peak=peaks[m],
                     predicted_peak=plans[m].predicted_peak_bytes,
-                    within_budget=r["peak"] <= budget,
+                    predicted_overhead_s=plans[m].predicted_overhead_s,
+                    within_budget=peaks[m] <= budget,
                     grad_err=max_grad_diff(r["grads"], res["none"]["grads"]),
                     decisions=plans[m].decision_counts(),
+                    # what was evicted and how (to tell identical plans from equal counts)
+                    plan=[[u.name, u.decision] for u in plans[m].units if u.decision != "keep"],
                 )
             rows.append(row)
             log(f"  {frac:4.2f} {m:9s} " + _brief(row))
@@ -254,6 +285,8 @@ def _brief(row):
             return "error " + row["error"]
         return f"infeasible (min {row['min_feasible_frac']:.3f})"
     s = f"ratio={row['ratio']:.3f} peak={row['measured_peak']:,}"
+    if len(row.get("round_ratios", ())) > 1:
+        s += " rounds=[" + ",".join(f"{x:.3f}" for x in row["round_ratios"]) + "]"
     if "within_budget" in row:
         s += f" within={row['within_budget']}"
     return s + f" grad_err={row['grad_err']:.2e}"
@@ -293,6 +326,18 @@ def main(argv=None) -> int:
     ap.add_argument("--budgets", default="0.9,0.8,0.7,0.6,0.5,0.4,0.3,0.25,0.2")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--no-mincut", action="store_true")
+    ap.add_argument(
+        "--rounds",
+        type=int,
+        default=1,
+        help="repeat the whole interleaved measurement R times; the ratio is the median "
+        "over rounds (run-to-run noise on a shared CPU is about +-10%%)",
+    )
+    ap.add_argument(
+        "--rounds-at",
+        default=None,
+        help="budgets (comma-separated) that get --rounds; default: every budget",
+    )
     ap.add_argument("--out", default=None, help="folder for PNGs (default: a temp folder)")
     ap.add_argument("--json", action="store_true")
     ap.add_argument(
@@ -327,7 +372,11 @@ def main(argv=None) -> int:
     for spec in args.models.split(","):
         name, batch = spec.split(":")
         budgets = [float(b) for b in args.budgets.split(",")]
-        res = bench_model(name, int(batch), budgets, args.repeats, not args.no_mincut, log)
+        rounds_at = [float(b) for b in args.rounds_at.split(",")] if args.rounds_at else None
+        res = bench_model(
+            name, int(batch), budgets, args.repeats, not args.no_mincut, log,
+            rounds=max(args.rounds, 1), rounds_at=rounds_at,
+        )  # fmt: skip
         res["png"] = str(plot(res, out))
         log(f"  plot: {res['png']}")
         results.append(res)

@@ -15,6 +15,39 @@ from torch import nn
 from edgetrain.models.registry import require
 
 
+class AttentionCore(nn.Module):
+    """The parameter-free middle of attention: split heads, scores, softmax, mix heads.
+
+    A module of its own (no parameters, no state-dict keys) so that tools working on
+    modules can address it: the budget executor recomputes it in backward from the
+    q/k/v projections instead of holding the softmax output and the per-head copies
+    that ``torch.matmul`` saves (``edgetrain.engine.budget``).
+    """
+
+    def __init__(self, heads: int, head_dim: int) -> None:
+        super().__init__()
+        self.heads = heads
+        self.head_dim = head_dim
+        self.scale = 1.0 / math.sqrt(head_dim)
+
+    def _split(self, x: torch.Tensor) -> torch.Tensor:
+        return x.unflatten(-1, (self.heads, self.head_dim)).transpose(1, 2)
+
+    def forward(
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        attn_bias: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        q, k, v = self._split(q), self._split(k), self._split(v)
+        scores = torch.matmul(q, k.transpose(-2, -1)) * self.scale
+        if attn_bias is not None:
+            scores = scores + attn_bias
+        weights = torch.softmax(scores, dim=-1)
+        return torch.matmul(weights, v).transpose(1, 2).flatten(2)
+
+
 class SelfAttention(nn.Module):
     """Scaled dot-product self-attention over ``(B, L, dim)`` inputs.
 
@@ -34,16 +67,11 @@ class SelfAttention(nn.Module):
         self.q = nn.Linear(dim, dim, bias=qkv_bias)
         self.k = nn.Linear(dim, dim, bias=qkv_bias)
         self.v = nn.Linear(dim, dim, bias=qkv_bias)
+        self.core = AttentionCore(heads, self.head_dim)
         self.out = nn.Linear(dim, dim)
 
     def _split(self, x: torch.Tensor) -> torch.Tensor:
-        return x.unflatten(-1, (self.heads, self.head_dim)).transpose(1, 2)
+        return self.core._split(x)
 
     def forward(self, x: torch.Tensor, attn_bias: torch.Tensor | None = None) -> torch.Tensor:
-        q, k, v = self._split(self.q(x)), self._split(self.k(x)), self._split(self.v(x))
-        scores = torch.matmul(q, k.transpose(-2, -1)) * self.scale
-        if attn_bias is not None:
-            scores = scores + attn_bias
-        weights = torch.softmax(scores, dim=-1)
-        mixed = torch.matmul(weights, v).transpose(1, 2).flatten(2)
-        return self.out(mixed)
+        return self.out(self.core(self.q(x), self.k(x), self.v(x), attn_bias))

@@ -30,7 +30,8 @@ def test_codec_benchmark_quick(capsys):
 
 def test_budget_overhead_benchmark_quick(capsys, tmp_path):
     mod = _load("budget_overhead")
-    assert mod.main(["--quick", "--no-mincut", "--json", "--out", str(tmp_path)]) == 0
+    argv = ["--quick", "--no-mincut", "--json", "--out", str(tmp_path), "--rounds", "2"]
+    assert mod.main([*argv, "--rounds-at", "0.7"]) == 0
     res = json.loads(capsys.readouterr().out)
     (model,) = res
     assert Path(model["png"]).stat().st_size > 0
@@ -40,3 +41,6 @@ def test_budget_overhead_benchmark_quick(capsys, tmp_path):
         assert r["within_budget"]
         if r["method"] in ("recompute", "swap"):
             assert r["grad_err"] == 0.0
+        # --rounds 2 applies to the 0.7 row only; its ratio is the median over rounds
+        assert len(r["round_ratios"]) == (2 if r["budget"] == 0.7 else 1)
+        assert min(r["round_ratios"]) <= r["ratio"] <= max(r["round_ratios"])

@@ -2,7 +2,8 @@
 
 profile_model -> plan (hybrid | recompute | compress | swap | none) -> ExecutionPlan
 -> PlanExecutor (measured by MemoryAccountant; units keep / recompute / compress /
-swap, cheap leaves and leaf chains regen, ReLU-family leaves mask); BudgetPredictor
+swap, cheap leaves and leaf chains regen, ReLU-family leaves mask, parameter-free
+multi-input leaves such as attention's core recompute); BudgetPredictor
 for the budget itself.
 """
 
@@ -12,6 +13,7 @@ from edgetrain.engine.budget.plan import PLAN_VERSION, ExecutionPlan, UnitDecisi
 from edgetrain.engine.budget.planner import METHODS, minimum_budget, plan, simulate
 from edgetrain.engine.budget.predictor import BudgetPredictor, MemorySample, sample_linux
 from edgetrain.engine.budget.profile import (
+    LeafRecomputeProfile,
     MaskProfile,
     ModelProfile,
     RegenProfile,
@@ -28,6 +30,7 @@ __all__ = [
     "BudgetReport",
     "ExecutionPlan",
     "IoContentionModel",
+    "LeafRecomputeProfile",
     "MaskProfile",
     "MemoryAccountant",
     "MemorySample",

@@ -29,10 +29,13 @@ Each planned unit's ``forward`` is wrapped (an instance attribute, removed on ex
   [head, ..., tail]``, e.g. BatchNorm -> ReLU6) re-runs every leaf of the chain
   from the head's input (the head saves it anyway), so the tail's input need not
   be held either.
-* ``mask`` (a ReLU / ReLU6 / Hardtanh leaf) — the leaf runs under hooks that hold
-  its one saved tensor as packed bits of "inside the linear range" and hand the
-  backward a stand-in with the same predicate (:mod:`.mask`): bit-identical
-  gradients.  Skipped inside recomputed units (nothing of theirs is held).
+* ``mask`` (a ReLU / ReLU6 / Hardtanh leaf) — the leaf runs as one autograd
+  function that saves only the packed bits of "the gradient passes" and computes
+  the gradient from them (:func:`.mask.masked_call`; no hook context, no float
+  stand-in in backward): bit-identical gradients.  Inputs it cannot take
+  (non-contiguous, other dtypes) fall back to hooks that hold the bits and hand the
+  op's own backward a stand-in with the same predicate.  Skipped inside recomputed
+  units (nothing of theirs is held).
 """
 
 from __future__ import annotations
@@ -50,9 +53,16 @@ from torch import nn
 from edgetrain.compress import make_codec
 from edgetrain.compress.base import Codec
 from edgetrain.engine.budget.accountant import MemoryAccountant, model_state_tensors, storage_key
-from edgetrain.engine.budget.mask import PackedMask, decode_mask, encode_mask
+from edgetrain.engine.budget.mask import (
+    PackedMask,
+    decode_mask,
+    encode_mask,
+    fast_maskable,
+    masked_call,
+)
 from edgetrain.engine.budget.plan import ExecutionPlan
 from edgetrain.engine.budget.profile import MASKABLE, MIN_COMPRESS_NUMEL, mask_range
+from edgetrain.engine.budget.regen import regenerate
 from edgetrain.engine.budget.swap import IoContentionModel, swap_in, swap_out
 from edgetrain.errors import ConfigError
 
@@ -265,6 +275,10 @@ class PlanExecutor:
         def run(x, *a, **k):
             if not torch.is_grad_enabled() or not isinstance(x, torch.Tensor):
                 return inner(x, *a, **k)
+            if not a and not k and x.requires_grad and fast_maskable(x):
+                # one autograd node that saves the packed bits itself: no hook context,
+                # no float stand-in in backward (the common case)
+                return masked_call(x, inner, lo, hi, not saves_input)
             xkey = storage_key(x)[0]
 
             def pack(t: torch.Tensor) -> object:
@@ -347,13 +361,7 @@ class PlanExecutor:
         src = ref.src
         base = src.cache() if src.cache is not None else None
         if base is None:
-            buffers = [(b, b.detach().clone()) for m in src.mods for b in m.buffers()]
-            with torch.no_grad():
-                base = src.arg
-                for fn in src.fns:
-                    base = fn(base)
-            for b, old in buffers:
-                b.data.copy_(old)
+            base = regenerate(src.mods, src.fns, src.arg)
             src.cache = weakref.ref(base)
             self.acc.hold_tensor(base, base)
         out = base.as_strided(ref.size, ref.stride, ref.offset)

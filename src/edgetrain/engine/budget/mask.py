@@ -66,3 +66,75 @@ def decode_mask(p: PackedMask) -> torch.Tensor:
     if p.lo != 0.0:
         out.add_(p.lo)
     return out.reshape(p.shape)
+
+
+# -- the executor's fast path: a ReLU-family op that saves only the packed bits -----------
+#: float dtype -> unsigned integer dtype of the same width (for the exact gradient select)
+_UINT_OF = {np.dtype(np.float16): np.uint16, np.dtype(np.float32): np.uint32,
+            np.dtype(np.float64): np.uint64}  # fmt: skip
+_TORCH_NP = {torch.float16, torch.float32, torch.float64}
+
+
+def fast_maskable(x: torch.Tensor) -> bool:
+    """Whether :func:`masked_call` can run on ``x`` (C-contiguous float16/32/64 on CPU)."""
+    return x.device.type == "cpu" and x.dtype in _TORCH_NP and x.is_contiguous()
+
+
+def pass_bits(a: np.ndarray, lo: float, hi: float, on_output: bool) -> np.ndarray:
+    """Packed bits of "the gradient passes" with the exact predicate of ATen's backward.
+
+    ``hardtanh_backward`` passes where ``lo < x < hi``; ``threshold_backward`` (ReLU,
+    read on the output) zeroes where ``y <= 0`` (NaN passes), computed as the packed
+    zeroing predicate inverted (on 1/8 of the bytes).  A NaN *input* of the Hardtanh
+    family is zeroed here; ATen itself is not consistent there (torch 2.x CPU: its
+    vectorised body zeroes NaN, the scalar tail of the last ``numel % 64`` elements
+    passes it), so NaN inputs are the one case without a bit-exact guarantee.
+    """
+    if on_output:
+        return np.invert(np.packbits(np.less_equal(a, lo)))
+    out = np.greater(a, lo)
+    if math.isfinite(hi):
+        out &= np.less(a, hi)
+    return np.packbits(out)
+
+
+def apply_bits(g: torch.Tensor, bits: np.ndarray) -> torch.Tensor:
+    """``g`` where the bit is set, ``+0`` elsewhere: bit-identical to ATen's backward.
+
+    Multiplying the gradient's bit pattern (as unsigned integers) by 0/1 keeps every
+    passing element's bits (signed zeros, NaN payloads included) and writes +0.0
+    elsewhere, as ``hardtanh_backward`` / ``threshold_backward`` do.  numpy allocates
+    the result (on Linux with transparent huge pages where enabled).
+    """
+    gc = g.detach().contiguous()
+    a = gc.numpy().reshape(-1)
+    u = np.unpackbits(bits, count=a.size)
+    uint = _UINT_OF[a.dtype]
+    out = np.multiply(a.view(uint), u, dtype=uint).view(a.dtype)
+    return torch.from_numpy(out).view(g.shape)
+
+
+class _MaskedOp(torch.autograd.Function):
+    """Run a ReLU-family forward; save only the packed pass bits (no saved-tensor hook)."""
+
+    @staticmethod
+    def forward(ctx, x, fn, lo, hi, on_output):  # type: ignore[override]
+        y = fn(x)
+        src = y if on_output else x
+        bits = pass_bits(src.detach().numpy().reshape(-1), lo, hi, on_output)
+        ctx.save_for_backward(torch.from_numpy(bits))
+        return y
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, g):  # type: ignore[override]
+        (bits,) = ctx.saved_tensors
+        return apply_bits(g, bits.numpy()), None, None, None, None
+
+
+def masked_call(x: torch.Tensor, fn, lo: float, hi: float, on_output: bool) -> torch.Tensor:
+    """``fn(x)`` (a ReLU / ReLU6 / Hardtanh forward) holding only ``numel/8`` bytes for
+    backward.  ``on_output``: the predicate is read from the output (ReLU) rather than
+    the input (Hardtanh family), as the op's own backward does.  Requires
+    :func:`fast_maskable`."""
+    return _MaskedOp.apply(x, fn, lo, hi, on_output)

@@ -33,6 +33,16 @@ by nobody else: their backward reads nothing but whether each element lies in
 the linear range, so the tensor can be held as a 1-bit mask (exact, 32x smaller
 for float32; Jain et al., "Gist", ISCA'18 §3.1 "binarize" encoding).
 
+*Leaf recompute* candidates (:class:`LeafRecomputeProfile`) are parameter-free leaves
+with several tensor inputs (attention's :class:`~edgetrain.models.attention.AttentionCore`):
+recomputing one inside a kept unit holds its inputs (q, k, v) instead of what it saves
+(per-head copies made by ``torch.matmul`` and the softmax output).
+
+Mask, regen and leaf-recompute costs are the measured times of the executor's own code
+for them (cached per process by signature, :mod:`.regen`), not proxies: the masked op's
+forward + backward minus the op's own, the no-grad regeneration with buffer restore,
+the grad-enabled re-run of the leaf.
+
 Codec size and speed are measured by
 really encoding the unit's saved float tensors (a batch slice of at most
 ``codec_sample_bytes`` per tensor, scaled linearly).
@@ -53,6 +63,7 @@ from torch.overrides import TorchFunctionMode
 
 from edgetrain.compress.base import Codec
 from edgetrain.engine.budget.accountant import storage_key
+from edgetrain.engine.budget.regen import cached_cost, median_cpu_s, regen_cost_s, signature
 
 LAYOUT_FUNCS = frozenset(
     {
@@ -107,7 +118,9 @@ class RegenProfile:
 
     name: str
     step: int  # forward item the leaf runs in
-    fwd_s: float  # median leaf forward time (process CPU time)
+    #: measured time of the executor's regeneration (:func:`.regen.regenerate`: the
+    #: leaves' no-grad forwards + buffer restore), median process CPU time
+    fwd_s: float
     out_key: int
     out_bytes: int
     in_key: int
@@ -148,11 +161,43 @@ class MaskProfile:
     key: int  # storage of the saved tensor
     nbytes: int
     mask_bytes: int  # ceil(numel / 8)
-    cost_s: float  # measured mask encode + decode time (eq. 5 denominator)
+    #: measured added time of the executor's masked op: (masked forward + backward) minus
+    #: (the op's own forward + backward), >= 0 (eq. 5 denominator)
+    cost_s: float
+    #: runs as one autograd function (no float stand-in in backward); False: hook
+    #: fallback that expands the mask to a full tensor while the op's backward runs
+    fast: bool = True
 
     @property
     def state_key(self) -> str:
         return "mask:" + self.name
+
+
+@dataclass
+class LeafRecomputeProfile:
+    """A parameter-free leaf with several tensor inputs whose saved tensors can be
+    dropped and recomputed from those inputs in backward (selective checkpointing of
+    one leaf inside a kept unit, e.g. attention's :class:`AttentionCore`: it holds
+    q/k/v instead of the per-head copies and the softmax output that matmul saves)."""
+
+    name: str
+    step: int  # forward item of the unit the leaf runs in
+    fwd_s: float  # measured time of the executor's recomputation (grad-enabled forward)
+    saved: dict[int, int]  # storage -> bytes the leaf saves (not its inputs)
+    inputs: dict[int, int]  # storage -> bytes of its tensor inputs (held when recomputed)
+    unit: str = ""  # the unit it runs in (recomputing that unit voids this choice)
+
+    @property
+    def state_key(self) -> str:
+        return "leafrc:" + self.name
+
+    @property
+    def saved_bytes(self) -> int:
+        return sum(self.saved.values())
+
+    @property
+    def input_bytes(self) -> int:
+        return sum(self.inputs.values())
 
 
 @dataclass
@@ -164,6 +209,7 @@ class ModelProfile:
     total_saved_bytes: int
     regens: list[RegenProfile] = field(default_factory=list)
     masks: list[MaskProfile] = field(default_factory=list)
+    leaf_recomputes: list[LeafRecomputeProfile] = field(default_factory=list)
 
     def unit(self, name: str) -> UnitProfile:
         for u in self.units:
@@ -462,7 +508,79 @@ def profile_model(
     total = sum({r.key: r.nbytes for r in recs}.values())
     regens = _regen_candidates(model, recs, leaf_out, captured, repeats)
     masks = _mask_candidates(model, recs, leaf_out, repeats)
-    return ModelProfile(profiles, glue, len(items), item_s, total, regens, masks)
+    lrs = _leaf_recompute_candidates(model, recs, captured, calls, unit_step, repeats)
+    return ModelProfile(profiles, glue, len(items), item_s, total, regens, masks, lrs)
+
+
+def _leaf_recompute_candidates(
+    model: nn.Module,
+    recs: list[_Rec],
+    captured: dict[str, tuple[tuple, dict]],
+    calls: dict[str, int],
+    unit_step: dict[str, int],
+    repeats: int,
+) -> list[LeafRecomputeProfile]:
+    """Parameter-free leaves with >= 2 tensor inputs, called once, inside a unit, that
+    save tensors of their own (see :class:`LeafRecomputeProfile`)."""
+    out: list[LeafRecomputeProfile] = []
+    for name, mod in model.named_modules():
+        if (
+            not name
+            or name in unit_step
+            or list(mod.children())
+            or isinstance(mod, _NO_REGEN)
+            or any(True for _ in mod.parameters(recurse=False))
+            or any(True for _ in mod.buffers(recurse=False))
+            or calls.get(name, 0) != 1
+            or name not in captured
+        ):
+            continue
+        args, kwargs = captured[name]
+        tensors = [a for a in [*args, *kwargs.values()] if isinstance(a, torch.Tensor)]
+        if len(tensors) < 2:
+            continue
+        owner = [u for u in unit_step if u == "" or name.startswith(u + ".")]
+        if not owner:
+            continue
+        inputs = dict(storage_key(t) for t in tensors)
+        saved = {
+            r.key: r.nbytes for r in recs if r.stack and r.stack[-1] == name and r.key not in inputs
+        }
+        if not saved:
+            continue
+        unit = max(owner, key=len)
+        cost = _leaf_recompute_cost(mod, args, kwargs, repeats)
+        out.append(LeafRecomputeProfile(name, unit_step[unit], cost, saved, inputs, unit))
+    return out
+
+
+def _leaf_recompute_cost(mod: nn.Module, args: tuple, kwargs: dict, repeats: int) -> float:
+    """Measured (cached) time of what the executor's recompute runs in backward: the
+    forward with grad enabled on detached inputs, its saved tensors collected."""
+
+    def detach(a: Any) -> Any:
+        return a.detach().requires_grad_(a.requires_grad) if isinstance(a, torch.Tensor) else a
+
+    dargs = tuple(detach(a) for a in args)
+    dkw = {k: detach(v) for k, v in kwargs.items()}
+    fn = type(mod).forward.__get__(mod)
+
+    def run() -> None:
+        saved: list[torch.Tensor] = []
+        with (
+            torch.random.fork_rng(devices=[]),
+            torch.enable_grad(),
+            torch.autograd.graph.saved_tensors_hooks(
+                lambda t: saved.append(t) or len(saved) - 1, lambda i: saved[i]
+            ),
+        ):
+            fn(*dargs, **dkw)
+
+    shapes = tuple(
+        (tuple(a.shape), a.dtype) if isinstance(a, torch.Tensor) else repr(a)
+        for a in [*args, *kwargs.values()]
+    )
+    return cached_cost(("leafrc", repr(mod), shapes), lambda: median_cpu_s(run, repeats))
 
 
 def _mask_candidates(
@@ -472,7 +590,7 @@ def _mask_candidates(
     repeats: int,
 ) -> list[MaskProfile]:
     """ReLU-family leaves whose single saved tensor nobody else saves (see module doc)."""
-    from edgetrain.engine.budget.mask import decode_mask, encode_mask, mask_bytes
+    from edgetrain.engine.budget.mask import decode_mask, encode_mask, fast_maskable, mask_bytes
 
     by_key: dict[int, list[_Rec]] = {}
     for r in recs:
@@ -492,10 +610,46 @@ def _mask_candidates(
             continue
         if any(not r.stack or r.stack[-1] != name for r in by_key[target]):
             continue  # someone else keeps the full tensor: a mask frees nothing
-        cost = _median_time(lambda t=t, rng=rng: decode_mask(encode_mask(t, *rng)), repeats)
+        fast = fast_maskable(t)
+        if fast:
+            cost = _mask_exec_cost(mod, t, rng, MASKABLE[type(mod)] == "output", repeats)
+        else:
+            cost = _median_time(lambda t=t, rng=rng: decode_mask(encode_mask(t, *rng)), repeats)
         fwd = _median_time(lambda t=t, mod=mod: mod(t), repeats)
-        out.append(MaskProfile(name, step, fwd, target, own[0].nbytes, mask_bytes(t.numel()), cost))
+        out.append(
+            MaskProfile(name, step, fwd, target, own[0].nbytes, mask_bytes(t.numel()), cost, fast)
+        )
     return out
+
+
+def _mask_exec_cost(
+    mod: nn.Module, t: torch.Tensor, rng: tuple[float, float], on_output: bool, repeats: int
+) -> float:
+    """Added time of the executor's masked op over the op itself (forward + backward).
+
+    Measured on the captured tensor (a ReLU's saved output is a valid input: ReLU is
+    idempotent, the time is the same), cached per leaf type / range / shape / dtype.
+    The masked backward can be faster than the op's own (it allocates through numpy,
+    which asks for transparent huge pages), so the difference is clamped at 0.
+    """
+    from edgetrain.engine.budget.mask import masked_call
+
+    fn = type(mod).forward.__get__(mod)
+    x = t.detach().requires_grad_()
+    g = torch.ones_like(t)
+
+    def native() -> None:
+        fn(x).backward(g)
+        x.grad = None
+
+    def masked() -> None:
+        masked_call(x, fn, *rng, on_output).backward(g)
+        x.grad = None
+
+    def measure() -> float:
+        return max(median_cpu_s(masked, repeats) - median_cpu_s(native, repeats), 0.0)
+
+    return cached_cost(("mask", *signature([mod], t), rng, on_output), measure)
 
 
 def _regen_candidates(
@@ -510,16 +664,17 @@ def _regen_candidates(
     for r in recs:
         by_key.setdefault(r.key, []).append(r)
     out: list[RegenProfile] = []
-    times: dict[str, float] = {}
+    times: dict[tuple[str, ...], float] = {}
 
     def saves_own(name: str, key: int) -> bool:
         return any(r.stack and r.stack[-1] == name for r in by_key.get(key, []))
 
-    def fwd_of(name: str) -> float:
-        if name not in times:
-            args, kwargs = captured[name]
-            times[name] = _time_unit(model, name, args, kwargs, repeats)[0]
-        return times[name]
+    def fwd_of(*names: str) -> float:
+        """Measured time of the executor's regeneration through ``names`` (head first)."""
+        if names not in times:
+            mods = [model.get_submodule(n) for n in names]
+            times[names] = regen_cost_s(mods, captured[names[0]][0][0], repeats)
+        return times[names]
 
     producer = {o[2][0]: o for o in leaf_out}  # output storage -> the leaf that made it
     for name, step, (okey, obytes), (ikey, ibytes) in leaf_out:
@@ -546,7 +701,7 @@ def _regen_candidates(
             continue
         out.append(
             RegenProfile(
-                name, hstep, fwd_of(hname) + fwd_of(name), okey, obytes, hkey, hbytes,
+                name, hstep, fwd_of(hname, name), okey, obytes, hkey, hbytes,
                 len(savers), chain=(hname, name),
             )
         )  # fmt: skip

@@ -1,0 +1,222 @@
+"""The executor's masked ReLU-family op, measured executor costs, and attention's core."""
+
+from __future__ import annotations
+
+import copy
+import math
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from torch import nn
+from torch.nn import functional as F
+
+from edgetrain import models
+from edgetrain.engine.budget import (
+    ExecutionPlan,
+    MemoryAccountant,
+    PlanExecutor,
+    UnitDecision,
+    plan,
+    profile_model,
+    simulate,
+)
+from edgetrain.engine.budget import regen as regen_mod
+from edgetrain.engine.budget.accountant import model_state_tensors
+from edgetrain.engine.budget.mask import fast_maskable, mask_bytes, masked_call
+
+_SPECIAL = [0.0, -0.0, 1e-45, -1e-45, 6.0, 5.9999995, 6.0000005, 1.0, -1.0, 1e30, -1e30]
+_OPS = {
+    "relu6": (lambda x: F.hardtanh(x, 0.0, 6.0), 0.0, 6.0, False),
+    "relu": (torch.relu, 0.0, math.inf, True),
+    "hardtanh": (lambda x: F.hardtanh(x, -1.0, 1.0), -1.0, 1.0, False),
+}
+_INT = {torch.float16: torch.int16, torch.float32: torch.int32, torch.float64: torch.int64}
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    vals=st.lists(
+        st.one_of(
+            st.floats(width=16, allow_nan=True), st.sampled_from(_SPECIAL + [math.nan, math.inf])
+        ),
+        min_size=1,
+        max_size=70,
+    ),
+    grads=st.lists(
+        st.one_of(st.floats(width=16, allow_nan=True), st.sampled_from([0.0, -0.0])),
+        min_size=1,
+        max_size=8,
+    ),
+    op=st.sampled_from(sorted(_OPS)),
+    dtype=st.sampled_from([torch.float16, torch.float32, torch.float64]),
+)
+def test_masked_op_is_bit_identical_to_the_op(vals, grads, op, dtype):
+    fn, lo, hi, on_output = _OPS[op]
+    x = torch.tensor(vals, dtype=dtype)
+    if not on_output:
+        # ATen's hardtanh_backward treats a NaN input differently in its vectorised body
+        # and its scalar tail (see mask.pass_bits); ours follows the body
+        x = torch.nan_to_num(x, nan=0.5)
+    g = torch.tensor((grads * len(vals))[: len(vals)], dtype=dtype)
+    x1, x2 = x.clone().requires_grad_(), x.clone().requires_grad_()
+    y1 = fn(x1)
+    held: list[torch.Tensor] = []
+    with torch.autograd.graph.saved_tensors_hooks(lambda t: held.append(t) or t, lambda t: t):
+        y2 = masked_call(x2, fn, lo, hi, on_output)
+    y1.backward(g)
+    y2.backward(g)
+    it = _INT[dtype]
+    assert torch.equal(y1.view(it), y2.view(it))
+    # every bit, signed zeros and NaN handling included, as ATen's own backward
+    assert torch.equal(x1.grad.view(it), x2.grad.view(it))
+    # all that is held for backward is the packed bits
+    assert [t.dtype for t in held] == [torch.uint8]
+    assert held[0].numel() == mask_bytes(x.numel())
+
+
+def test_fast_path_only_takes_what_it_can():
+    assert fast_maskable(torch.zeros(4, 3))
+    assert not fast_maskable(torch.zeros(4, 3).t())
+    assert not fast_maskable(torch.zeros(4, 3, dtype=torch.bfloat16))
+
+
+class _Net(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.c1 = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU6())
+        self.c2 = nn.Sequential(nn.Conv2d(8, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU())
+        self.head = nn.Linear(8, 3)
+
+    def forward(self, x):
+        return self.head(self.c2(self.c1(x)).mean((2, 3)))
+
+
+def _step(model, p, inputs, loss_fn):
+    model.zero_grad(set_to_none=True)
+    acc = MemoryAccountant(exclude=model_state_tensors(model))
+    torch.manual_seed(0)
+    with PlanExecutor(model, p, accountant=acc) as ex:
+        loss = ex.step(inputs, loss_fn)
+    return loss, [q.grad.clone() for q in model.parameters()], acc.peak
+
+
+def test_masks_through_the_executor_hold_no_float_stand_in():
+    torch.manual_seed(0)
+    model = _Net()
+    gen = torch.Generator().manual_seed(1)
+    x = torch.randn(4, 3, 10, 10, generator=gen)
+    y = torch.randint(0, 3, (4,), generator=gen)
+
+    def loss_fn(o):
+        return F.cross_entropy(o, y)
+
+    prof = profile_model(model, (x,), loss_fn, repeats=1)
+    assert {m.name for m in prof.masks} == {"c1.2", "c2.2"}
+    assert all(m.fast and m.cost_s >= 0 for m in prof.masks)
+    state = copy.deepcopy(model.state_dict())
+    masks = ExecutionPlan(
+        "hybrid", 1, 1, 1, 0.0, [UnitDecision(name=m.name, decision="mask") for m in prof.masks]
+    )
+    l0, g0, p0 = _step(model, ExecutionPlan("none", 1, 1, 1, 0.0, []), (x,), loss_fn)
+    model.load_state_dict(state)
+    l1, g1, p1 = _step(model, masks, (x,), loss_fn)
+    model.load_state_dict(state)
+    assert torch.equal(l0, l1) and all(torch.equal(a, b) for a, b in zip(g0, g1, strict=True))
+    # the fast path never expands a mask to a full tensor: the measured peak is the
+    # unplanned one minus each masked tensor plus its bits, exactly as predicted
+    states = {m.state_key: ("mask", None) for m in prof.masks}
+    assert p1 == p0 - sum(m.nbytes - m.mask_bytes for m in prof.masks)
+    assert p1 <= simulate(prof, states).max()
+
+
+def test_regen_costs_are_measured_once_and_cached(monkeypatch):
+    bn = nn.BatchNorm1d(4)
+    x = torch.randn(8, 4)
+    regen_mod.clear_cost_cache()
+    calls = []
+    real = regen_mod.median_cpu_s
+    monkeypatch.setattr(regen_mod, "median_cpu_s", lambda fn, r: calls.append(1) or real(fn, r))
+    before = bn.running_mean.clone()
+    a = regen_mod.regen_cost_s([bn], x, 2)
+    b = regen_mod.regen_cost_s([bn], x.clone(), 2)  # same signature: cached
+    assert a == b >= 0 and len(calls) == 1
+    assert torch.equal(bn.running_mean, before)  # regeneration restores buffers
+    regen_mod.regen_cost_s([bn], torch.randn(16, 4), 2)  # another shape: measured
+    assert len(calls) == 2
+    regen_mod.clear_cost_cache()
+
+
+_TINY_BERT = {"vocab_size": 40, "max_len": 16, "hidden": 32, "heads": 2, "intermediate": 64}
+
+
+def _old_attention(a, x, bias):
+    """SelfAttention before the core was a module (the reference the zoo must equal)."""
+
+    def split(t):
+        return t.unflatten(-1, (a.heads, a.head_dim)).transpose(1, 2)
+
+    q, k, v = split(a.q(x)), split(a.k(x)), split(a.v(x))
+    scores = torch.matmul(q, k.transpose(-2, -1)) * a.scale
+    if bias is not None:
+        scores = scores + bias
+    w = torch.softmax(scores, dim=-1)
+    return a.out(torch.matmul(w, v).transpose(1, 2).flatten(2))
+
+
+@pytest.mark.parametrize("bias", [False, True])
+def test_attention_core_is_a_parameter_free_module_with_identical_outputs(bias):
+    from edgetrain.models.attention import AttentionCore, SelfAttention
+
+    torch.manual_seed(0)
+    a = SelfAttention(16, 4)
+    assert isinstance(a.core, AttentionCore) and not list(a.core.parameters())
+    assert sorted(a.state_dict()) == sorted(
+        f"{n}.{p}" for n in ("q", "k", "v", "out") for p in ("weight", "bias")
+    )
+    x = torch.randn(2, 5, 16)
+    b = torch.zeros(2, 1, 1, 5).index_fill_(3, torch.tensor([4]), -1e9) if bias else None
+    x1, x2 = x.clone().requires_grad_(), x.clone().requires_grad_()
+    y1, y2 = a(x1, b), _old_attention(a, x2, b)
+    assert torch.equal(y1, y2)
+    y1.sum().backward()
+    g1 = [p.grad.clone() for p in a.parameters()]
+    a.zero_grad()
+    y2.sum().backward()
+    assert torch.equal(x1.grad, x2.grad)
+    assert all(torch.equal(p, q.grad) for p, q in zip(g1, a.parameters(), strict=True))
+
+
+def test_attention_core_recompute_is_exact_and_frees_the_softmax():
+    model = models.build("bert-small", seed=0, **_TINY_BERT)
+    gen = torch.Generator().manual_seed(0)
+    ids = torch.randint(1, 40, (4, 16), generator=gen)
+    y = torch.randint(0, model.num_classes, (4,), generator=gen)
+
+    def loss_fn(o):
+        return F.cross_entropy(o, y)
+
+    prof = profile_model(model, (ids,), loss_fn, repeats=1)
+    lrs = {x.name: x for x in prof.leaf_recomputes}
+    assert set(lrs) == {f"encoder.{i}.attn.core" for i in range(len(model.encoder))}
+    for x in lrs.values():
+        # holds q, k, v instead of the per-head copies + the softmax output (B*h*L*L floats)
+        assert x.saved_bytes - x.input_bytes >= 4 * 2 * 16 * 16 * 4 - 4 * 16 * 4  # - the bias
+        assert x.unit.endswith(".attn") and x.fwd_s >= 0
+    state = copy.deepcopy(model.state_dict())
+    units = [UnitDecision(name=n, decision="recompute") for n in lrs]
+    p = ExecutionPlan("hybrid", 1, 1, 1, 0.0, units)
+    l0, g0, p0 = _step(model, ExecutionPlan("none", 1, 1, 1, 0.0, []), (ids,), loss_fn)
+    model.load_state_dict(state)
+    l1, g1, p1 = _step(model, p, (ids,), loss_fn)
+    model.load_state_dict(state)
+    assert torch.equal(l0, l1) and all(torch.equal(a, b) for a, b in zip(g0, g1, strict=True))
+    states = {x.state_key: ("recompute", None) for x in lrs.values()}
+    pred = simulate(prof, states).max()
+    assert p1 < p0 and pred < simulate(prof, {}).max()
+    assert p1 <= pred
+    # the planner may choose it: at a budget between the two peaks, recompute's plan fits
+    budget = int((p0 + pred) / 2)
+    q = plan(prof, budget, "recompute")
+    assert q.predicted_peak_bytes <= budget
