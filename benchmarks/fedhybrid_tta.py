@@ -8,6 +8,14 @@ per round and peak RSS for 1 000 clients x 100 per round, in-process).
 
     .venv/bin/python benchmarks/fedhybrid_tta.py            # the full run (long)
     .venv/bin/python benchmarks/fedhybrid_tta.py --quick    # tiny scale (a test runs it)
+    # the rules before round 4: eq. 1's MemStat, no over-commitment, failures known at once
+    .venv/bin/python benchmarks/fedhybrid_tta.py --memstat eq1 --overcommit 1 \
+        --failure-report immediate --straggler-feedback none
+
+Round semantics (defaults, see edgetrain.federated.config): every selector picks
+int(1.3 x k) clients, the round closes at the k-th report or at the deadline (2 x the
+fleet's slowest check-in estimate), and a killed client is only known to have failed at
+the deadline; the time-to-accuracy ratios depend on that deadline (``--deadline-factor``).
 
 Training is real (LeNet-1D over MNIST-5k rows as a proxy, so the 2-core CPU can afford
 it); plans, M_G and the clock model the phone workload: MobileNetV2 plans (profiled and
@@ -44,8 +52,15 @@ ABLATIONS = (
 
 
 def task_config(
-    quick: bool, aggregator: str, seed: int, rounds: int | None = None, m_g: str | None = None
+    quick: bool,
+    aggregator: str,
+    seed: int,
+    rounds: int | None = None,
+    m_g: str | None = None,
+    semantics: dict | None = None,
 ) -> FederatedConfig:
+    """The benchmark task; ``semantics`` overrides federated fields (memstat, overcommit,
+    failure_report, deadline_factor, straggler_feedback) to reproduce older behaviour."""
     scale = (
         {"clients": 12, "rounds": 3, "per_round": 4, "samples": 400, "steps": 1}
         if quick
@@ -64,6 +79,7 @@ def task_config(
             "rounds": scale["rounds"], "clients_per_round": scale["per_round"],
             "local_steps": scale["steps"], "batch_size": 16, "lr": 0.05,
             "aggregator": aggregator, "mu": 0.01, "yogi": {"eta": 0.01, "tau": 1e-3},
+            **(semantics or {}),
         },
         "memory": {"m_g": m_g or "share:0.4", "plan_batch": 2 if quick else 8,
                    "bucket": 0.1 if quick else 0.05,
@@ -127,11 +143,27 @@ def main(argv: list[str] | None = None) -> int:
         "--extend", type=float, default=3.0,
         help="a method below the target runs on up to EXTEND x rounds (within Random's time)",
     )  # fmt: skip
+    ap.add_argument("--memstat", choices=("eq4", "eq1"), default=None, help="FedHybrid MemStat")
+    ap.add_argument("--overcommit", type=float, default=None, help="selected / per round")
+    ap.add_argument("--failure-report", choices=("deadline", "immediate"), default=None)
+    ap.add_argument("--deadline-factor", type=float, default=None)
+    ap.add_argument("--straggler-feedback", choices=("average", "none"), default=None)
     args = ap.parse_args(argv)
-    out: dict = {"tables": {}, "ablations": {}}
+    semantics = {
+        k: v
+        for k, v in {
+            "memstat": args.memstat,
+            "overcommit": args.overcommit,
+            "failure_report": args.failure_report,
+            "deadline_factor": args.deadline_factor,
+            "straggler_feedback": args.straggler_feedback,
+        }.items()
+        if v is not None
+    }
+    out: dict = {"tables": {}, "ablations": {}, "semantics": semantics}
     t0 = time.perf_counter()
     for agg in args.aggregators.split(","):
-        cfg = task_config(args.quick, agg, args.seed, args.rounds, args.m_g)
+        cfg = task_config(args.quick, agg, args.seed, args.rounds, args.m_g, semantics)
         env = build_environment(cfg)
         methods = tuple(args.methods.split(","))
         rows, recs = compare(cfg, methods, env=env, extend_factor=args.extend)
@@ -153,7 +185,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     for agg, rows in out["tables"].items():
         print(f"\nTable 3/4 layout -- MNIST-5k (LeNet proxy, MobileNetV2 plans/clock), +{agg}")
-        print(f"{'method':<18}{'speedup':>10}{'final acc':>11}{'best acc':>10}{'TTA (h)':>10}")
+        print(f"{'method':<18}{'speedup':>10}{'final acc':>11}{'best acc':>10}{'TTA (h)':>10}"
+              f"{'rounds':>8}{'s/round':>9}")  # fmt: skip
         for r in rows:
             if "skipped" in r:
                 print(f"{r['method']:<18}{'skipped: ' + r['skipped'][:50]}")
@@ -161,7 +194,8 @@ def main(argv: list[str] | None = None) -> int:
             tta = r["time_to_target_s"]
             print(f"{r['method']:<18}{fmt_speed(r):>10}{100 * r['final_accuracy']:>10.2f}%"
                   f"{100 * r['best_accuracy']:>9.2f}%"
-                  f"{'-' if tta is None else f'{tta / 3600:.2f}':>10}")  # fmt: skip
+                  f"{'-' if tta is None else f'{tta / 3600:.2f}':>10}"
+                  f"{r['rounds']:>8}{r['sim_time_s'] / max(1, r['rounds']):>9.1f}")  # fmt: skip
         print(f"target = Random's best accuracy {100 * rows[0]['target_accuracy']:.2f}%")
     for agg, rows in out["ablations"].items():
         print(f"\nFig. 17 ablations (+{agg}): speedup vs Random")

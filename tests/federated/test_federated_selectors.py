@@ -34,32 +34,69 @@ def _checkin(n=6):
 
 
 def test_fedhybrid_utilities_hand_computed():
-    # eq. 1: 2 GB of 4 GB -> 0.5; 8 GB -> 1 (fits, exponent 0)
-    np.testing.assert_allclose(mem_stat([2 * GB, 4 * GB, 8 * GB], 4 * GB), [0.5, 1.0, 1.0])
+    # eq. 4 as printed (default): exponent 1(M_i > M_G) -> 2 GB of 4 GB keeps 1, 8 GB -> 2
+    np.testing.assert_allclose(mem_stat([2 * GB, 4 * GB, 8 * GB], 4 * GB), [1.0, 1.0, 2.0])
+    # eq. 1: exponent 1(M_G > M_i) -> 2 GB of 4 GB -> 0.5; 8 GB -> 1 (fits, exponent 0)
+    np.testing.assert_allclose(mem_stat([2 * GB, 4 * GB, 8 * GB], 4 * GB, "eq1"), [0.5, 1.0, 1.0])
+    with pytest.raises(ConfigError, match="eq4, eq1"):
+        mem_stat(1.0, 1.0, "eq2")
     # eq. 2: losses 1 and 3 -> sqrt((1 + 9) / 2) = sqrt(5)
     assert float(stat_util(5.0)) == pytest.approx(math.sqrt(5))
     # eq. 3
     assert float(comp_stat(0.25)) == 4.0
-    # eq. 4: sqrt(4) x (2/4) x 1/0.5 = 2
-    assert float(utility(4.0, 2 * GB, 4 * GB, 0.5)) == pytest.approx(2.0)
+    # eq. 4: sqrt(4) x 1 x 1/0.5 = 4 (eq. 4's MemStat); sqrt(4) x (2/4) x 1/0.5 = 2 (eq. 1's)
+    assert float(utility(4.0, 2 * GB, 4 * GB, 0.5)) == pytest.approx(4.0)
+    assert float(utility(4.0, 2 * GB, 4 * GB, 0.5, "eq1")) == pytest.approx(2.0)
+    # a memory-rich client: sqrt(9) x (12/4) x 1/1 = 9 (eq. 4); 3 x 1 x 1 = 3 (eq. 1)
+    assert float(utility(9.0, 12 * GB, 4 * GB, 1.0)) == pytest.approx(9.0)
+    assert float(utility(9.0, 12 * GB, 4 * GB, 1.0, "eq1")) == pytest.approx(3.0)
 
 
-def test_fedhybrid_exploits_epsilon_share_and_explores_unselected():
+@pytest.mark.parametrize(
+    ("form", "expected", "top2"),
+    [
+        # eq. 4: 0: 4 x 1 x 1 = 4; 1: 1 x 1 x 2 = 2; 2: 1 x 2 x 4 = 8; 3: 10 x 2 x .5 = 10
+        ("eq4", {0: 4.0, 1: 2.0, 2: 8.0, 3: 10.0}, {3, 2}),
+        # eq. 1: 0: 4 x .5 x 1 = 2; 1: 1 x 1 x 2 = 2; 2: 1 x 1 x 4 = 4; 3: 10 x 1 x .5 = 5
+        ("eq1", {0: 2.0, 1: 2.0, 2: 4.0, 3: 5.0}, {3, 2}),
+    ],
+)
+def test_fedhybrid_exploits_epsilon_share_and_explores_unselected(form, expected, top2):
     ck = _checkin()
-    sel = FedHybridSelector(seed=0, epsilon=0.5, ucb_c=0.0)
+    sel = FedHybridSelector(seed=0, epsilon=0.5, ucb_c=0.0, memstat=form)
     sel.selected_before = {0, 1, 2, 3}
     # Util = sqrt(loss_sq) x MemStat x CompStat
     losses = {0: 16.0, 1: 1.0, 2: 1.0, 3: 100.0}
     sel.update(1, [Feedback(c, True, 1.0, v, 1) for c, v in losses.items()])
     u = {
-        c: float(utility(v, ck.memory_budget[c], ck.m_g, ck.step_time_s[c]))
+        c: float(utility(v, ck.memory_budget[c], ck.m_g, ck.step_time_s[c], form))
         for c, v in losses.items()
     }
-    # client 0: 4 x .5 x 1 = 2; 1: 1 x 1 x 2 = 2; 2: 1 x 1 x 4 = 4; 3: 10 x 1 x .5 = 5
-    assert u == pytest.approx({0: 2.0, 1: 2.0, 2: 4.0, 3: 5.0})
+    assert u == pytest.approx(expected)
+    sc = sel.scores(2, ck)  # UCB constant 0: the scores are the utilities over the top one
+    assert sc == pytest.approx({c: v / max(expected.values()) for c, v in expected.items()})
     picked = sel.select(2, ck, 4)
-    assert {3, 2} <= set(picked)  # the epsilon = 0.5 share: the two highest utilities
+    assert top2 <= set(picked)  # the epsilon = 0.5 share: the two highest utilities
     assert {4, 5} <= set(picked)  # the rest explores clients never selected before
+
+
+def test_fedhybrid_memstat_form_changes_who_is_exploited():
+    """A memory-poor client (1 GB, Stat 4) vs a memory-rich one (6 GB, Stat 2), M_G 4 GB:
+    eq. 4 exploits the poor one (4 x 1 = 4 > 2 x 6/4 = 3), eq. 1 the rich one
+    (4 x 1/4 = 1 < 2 x 1 = 2)."""
+    ck = CheckIn(
+        n_samples=np.ones(3, dtype=int), memory_budget=np.array([1.0, 6.0, 1.0]) * GB,
+        step_time_s=np.ones(3), est_duration_s=np.ones(3), m_g=4 * GB,
+    )  # fmt: skip
+    picks = {}
+    for form in ("eq4", "eq1"):
+        sel = FedHybridSelector(seed=0, epsilon=1.0, ucb_c=0.0, memstat=form)
+        sel.selected_before = {0, 1, 2}
+        sel.update(1, [Feedback(0, True, 1.0, 16.0, 1), Feedback(1, True, 1.0, 4.0, 1)])
+        picks[form] = sel.select(2, ck, 1)
+    assert picks == {"eq4": [0], "eq1": [1]}
+    with pytest.raises(ConfigError, match="memstat"):
+        FedHybridSelector(memstat="eq3")
 
 
 def test_fedhybrid_exploration_prefers_rich_clients():
@@ -112,3 +149,23 @@ def test_random_selector_deterministic_and_unique():
     assert a == RandomSelector(seed=5).select(1, _checkin(), 4) and len(set(a)) == 4
     with pytest.raises(ConfigError, match="accepted"):
         make_selector("greedy")
+
+
+def test_stragglers_get_the_rounds_mean_utility():
+    """FedScale's round_completion_handler: a client that reported after the round closed
+    is credited with the mean utility of the aggregated ones; a killed client is not."""
+    fb = [
+        Feedback(0, True, 1.0, 4.0, 10),  # Oort reward sqrt(4) x 10 = 20
+        Feedback(1, True, 1.0, 16.0, 10),  # 40
+        Feedback(2, False, 3.0, math.nan, 30, straggler=True),
+        Feedback(3, False, math.inf, math.nan, 40),  # killed: never reported
+    ]
+    fh = FedHybridSelector(seed=0)
+    fh.update(1, fb)
+    assert fh.loss_sq == {0: 4.0, 1: 16.0, 2: 10.0} and fh.count[2] == 1
+    oort = OortSelector(seed=0)
+    oort._register(_checkin(4))
+    oort.update(1, fb)
+    assert oort.arms[2]["reward"] == 30.0 and oort.arms[2]["count"] == 1
+    assert oort.arms[2]["duration"] == 3.0 and 2 not in oort.unexplored
+    assert oort.arms[3]["count"] == 0 and oort.arms[3]["duration"] == 1e12

@@ -74,7 +74,11 @@ def test_outcomes_follow_memory(env, plans):
         if env.m_g > env.hard_limits[cid]:
             assert a.outcome == "killed" and a.cost is None
         else:
-            assert a.outcome in ("fit", "pressure") and a.cost is not None
+            assert a.outcome in ("fit", "pressure", "late") and a.cost is not None
+            # the default deadline is 2 x the slowest check-in estimate of the fleet: only
+            # a client slowed down by page reclaim can miss it
+            assert (a.outcome == "late") == (a.cost.total_s > rnd.deadline_s)
+            assert a.outcome != "late" or a.pressure > 1.0
         if b.plan is not None and b.plan.feasible:
             demand = b.plan.fraction * env.m_g
             assert b.outcome == ("killed" if demand > env.hard_limits[cid] else b.outcome)
@@ -88,8 +92,11 @@ def test_outcomes_follow_memory(env, plans):
         assert a["selected"] == b["selected"]  # same random selections
         assert b["n_aggregated"] >= a["n_aggregated"]
     for r in rec + fhr:
-        assert sum(r["outcomes"].values()) == r["n_selected"] == 4
-        assert sum(v["selected"] for v in r["participation"].values()) == 4
+        # over-commitment 1.3 (FedScale's default): int(1.3 x 4) = 5 selected, <= 4 aggregated
+        assert sum(r["outcomes"].values()) == r["n_selected"] == 5
+        assert sum(v["selected"] for v in r["participation"].values()) == 5
+        assert r["n_aggregated"] == min(4, r["n_reported"])
+        assert r["n_surplus"] == r["n_reported"] - r["n_aggregated"]
         assert r["accuracy"] is not None and 0 <= r["accuracy"] <= 1
         assert r["energy_j"] > 0 and r["sim_time_s"] > 0
         assert {"regenerations", "regenerations_total", "page_faults"} <= set(r)
@@ -113,6 +120,7 @@ def test_regeneration_rule_fires_mid_round_and_is_counted(env, plans, monkeypatc
     out = {}
     for method in ("fedhybrid", "fedhybrid-nopredictor"):
         s = FederatedServer(env, method, "fedavg", None, plans)
+        s.deadline_s = None  # the memory mechanism is under test, not the deadline
         s.client_mem[cid] = ClientMemoryState(window_s=2.0, faults=[0], static_budget=b0)
         out[method] = (s._client_round(1, cid), s.client_mem[cid])
     c, st = out["fedhybrid"]
@@ -196,3 +204,55 @@ def test_heterofl_trains_width_scaled_submodels():
         if g.is_floating_point() and small[k].shape != g.shape:
             changed += int(not torch.equal(g, before[k]))
     assert changed > 0
+
+
+def _cr(cid, outcome, total=None):
+    from edgetrain.federated.server import ClientRound
+    from edgetrain.sim.clock import ClientCost
+
+    cost = None if total is None else ClientCost(0.0, float(total), 0.0, 0.0, 1.0)
+    return ClientRound(cid, outcome, 1.0, 1.0, 1.0, cost, None)
+
+
+def test_round_closes_at_kth_report_or_at_the_deadline(env, plans):
+    """Round semantics, hand-computed: k reports close the round (FedScale's top-k
+    completion); a killed client is only known at the deadline (Bonawitz et al. 2019)."""
+    from dataclasses import replace
+
+    srv = FederatedServer(env, "random", "fedavg", None, plans)
+    srv.deadline_s = 50.0
+    rounds = [_cr(0, "fit", 9), _cr(1, "pressure", 3), _cr(2, "killed"), _cr(3, "planned", 5)]
+    rep = sorted((c for c in rounds if c.cost is not None), key=lambda c: c.cost.total_s)
+    assert srv._round_time(rounds, rep, 2) == 5.0  # 2nd report (3, 5, 9) closes it
+    assert srv._round_time(rounds, rep, 3) == 9.0
+    assert srv._round_time(rounds, rep, 4) == 50.0  # 3 of 4: the killed one at the deadline
+    old = FederatedServer(
+        replace(env, config=_cfg(federated={"failure_report": "immediate", "overcommit": 1.0})),
+        "random", "fedavg", None, plans,
+    )  # fmt: skip
+    assert old.deadline_s is None  # no deadline configured, none implied
+    assert old._round_time(rounds, rep, 4) == 9.0  # told of the kill at once: slowest report
+    old.deadline_s = 50.0
+    late = rounds + [_cr(4, "late", 70)]
+    assert old._round_time(late, rep, 5) == 50.0
+    ok = [_cr(0, "fit", 4), _cr(1, "fit", 6)]
+    assert srv._round_time(ok, ok, 3) == 6.0  # fewer selected than k, nobody failed
+
+
+def test_overcommit_and_deadline_in_rounds(env, plans):
+    from dataclasses import replace
+
+    srv = FederatedServer(env, "random", "fedavg", None, plans)
+    # default deadline: 2 x the slowest check-in estimate of the fleet
+    assert srv.deadline_s == pytest.approx(2.0 * float(env.est_duration_s().max()))
+    recs = srv.run(3)
+    for r in recs:
+        assert r["n_selected"] == 5 and r["n_aggregated"] <= 4
+        if r["n_reported"] < 4:  # a client did not report: the round ran to the deadline
+            assert r["round_time_s"] == pytest.approx(srv.deadline_s)
+        else:
+            assert r["round_time_s"] <= srv.deadline_s
+    one = FederatedServer(
+        replace(env, config=_cfg(federated={"overcommit": 1.0})), "random", "fedavg", None, plans
+    )
+    assert all(r["n_selected"] == 4 for r in one.run(2))

@@ -43,6 +43,9 @@ CFG = FederatedConfig.model_validate(
             "local_steps": 2,
             "batch_size": 8,
             "method": "fedhybrid",
+            # eq. 1's MemStat: its first-round draw on this 4-node fleet picks a client below
+            # M_G (eq. 4's picks two that fit), so the plan path runs end to end
+            "memstat": "eq1",
         },
         "model": {
             "name": "mobilenetv2",
@@ -74,7 +77,7 @@ def test_selection_matches_the_in_process_server(env, result):
     server = FederatedServer(env)
     assert server.selector.select(1, server._checkin, 2) == result.rounds[0].selected
     seed = int(np.random.SeedSequence([CFG.seed, 7]).generate_state(1)[0])
-    sel = FedHybridSelector(seed=seed, epsilon=CFG.federated.epsilon)
+    sel = FedHybridSelector(seed=seed, epsilon=CFG.federated.epsilon, memstat=CFG.federated.memstat)
     assert sel.select(1, _checkin(env), 2) == result.rounds[0].selected
 
 
@@ -92,7 +95,8 @@ def test_plans_ship_to_clients_below_m_g_and_are_executed(env, result):
 
 def test_rounds_aggregate_and_the_model_is_evaluated(env, result):
     for r in result.rounds:
-        assert sorted(r.aggregated + r.failed + r.late) == r.selected
+        assert sorted(r.aggregated + r.failed + r.late + r.stragglers) == r.selected
+        assert len(r.aggregated) <= CFG.federated.clients_per_round
         assert r.round_time_s > 0 and r.train_loss is not None and np.isfinite(r.train_loss)
     assert set(result.accuracy) == {0, 1, 2}
     assert all(0.0 <= a <= 1.0 for a in result.accuracy.values())
@@ -127,6 +131,12 @@ def test_a_client_above_physical_memory_is_killed(env):
 
 
 def test_bad_strategy_arguments_name_the_field():
+    with pytest.raises(ConfigError, match="overcommit"):
+        EdgetrainStrategy(RandomSelector(), FedAvg(), clients_per_round=1, m_g=1.0, overcommit=0.5)
+    with pytest.raises(ConfigError, match="failure_report"):
+        EdgetrainStrategy(
+            RandomSelector(), FedAvg(), clients_per_round=1, m_g=1.0, failure_report="never"
+        )
     with pytest.raises(ConfigError, match="clients_per_round"):
         EdgetrainStrategy(RandomSelector(), FedAvg(), clients_per_round=0, m_g=1.0)
     with pytest.raises(ConfigError, match="plan_strategy"):

@@ -80,12 +80,38 @@ class FederatedSection(_Strict):
     aggregator: Literal["fedavg", "fedprox", "fedyogi"] = "fedavg"
     mu: float = Field(0.1, ge=0.0)  # FedProx; FedScale's proxy_mu default
     yogi: YogiSection = Field(default_factory=YogiSection)
+    # the round's reporting deadline. None: with failure_report "immediate" no deadline;
+    # with "deadline", deadline_factor x the longest round the server expects from any
+    # device of the fleet from its check-in (compute + communication, no memory effects)
     deadline_s: float | None = Field(None, gt=0.0)
+    # 2: the slowest device still reports when it trains under a plan that costs up to 2x
+    # an unplanned step. FedHybrid §3 / Fig. 5 measures recompute plans at 2.3x-2.9x on
+    # tight budgets, so the factor admits moderate plans and cuts the costliest ones; the
+    # README reports the time-to-accuracy figures' sensitivity to it.
+    deadline_factor: float = Field(2.0, ge=1.0, le=100.0)
     dropout: float = Field(0.0, ge=0.0, lt=1.0)
     eval_every: int = Field(1, ge=1)
     executor: Literal["inprocess", "ray"] = "inprocess"
     ray_actors: int = Field(2, ge=1, le=256)
     epsilon: float = Field(0.9, gt=0.0, le=1.0)  # FedHybrid §5.2
+    # FedHybrid's MemStat: "eq4" as printed in eq. 4 (memory-poor clients keep factor 1,
+    # memory-rich ones get M_i/M_G > 1), "eq1" eq. 1's form (memory-poor get M_i/M_G < 1)
+    memstat: Literal["eq4", "eq1"] = "eq4"
+    # Over-commitment: every selector picks int(overcommit x clients_per_round) clients and
+    # the round closes when clients_per_round have reported (FedScale config_parser
+    # ``--overcommitment`` default 1.3; Bonawitz et al. MLSys 2019 §2.2). 1.0 = none.
+    overcommit: float = Field(1.3, ge=1.0, le=10.0)
+    # When the server learns that a selected client failed (killed, dropped): "deadline" --
+    # a client that does not report is only known to have failed when the round's
+    # reporting deadline passes (Bonawitz et al. 2019 §2.2: devices that "do not report
+    # back in time ... will simply be ignored"); "immediate" -- the failure is reported at
+    # once (the behaviour before round 4).
+    failure_report: Literal["deadline", "immediate"] = "deadline"
+    # a client that trained but reported after the round closed on its first k reports:
+    # "average" credits it with the mean utility of the round's aggregated clients (FedScale
+    # round_completion_handler: "assign avg reward to explored, but not ran workers"),
+    # "none" tells the selector only that it failed
+    straggler_feedback: Literal["average", "none"] = "average"
 
     @field_validator("method")
     @classmethod

@@ -3,7 +3,8 @@
 One round (FedHybrid §4.1 workflow):
 
 1. clients check in (predicted memory budget, per-step operator time, profile estimate);
-2. the selector picks ``k`` clients;
+2. the selector picks ``int(overcommit x k)`` clients (over-commitment, FedScale's
+   ``--overcommitment`` default 1.3; identical for every selector);
 3. each selected client gets the model and, under a plan technique, an execution plan
    from the :class:`~edgetrain.federated.plans.PlanService` (clustered, cached);
 4. its memory outcome decides how it trains (fits / planned / over budget under page
@@ -15,7 +16,12 @@ One round (FedHybrid §4.1 workflow):
    past the deadline are discarded (the round ends at the deadline), the others train for
    real on their partition, passing the plan's compressed share of activations through the
    plan's codec (:mod:`edgetrain.federated.local`);
-5. the aggregator combines the successful updates (weights = sample counts);
+5. the round closes when ``k`` clients have reported (their updates are aggregated,
+   weights = sample counts; later reports are stragglers, credited with the round's mean
+   utility as FedScale does) or, with fewer reports, at the round's deadline: a killed or
+   dropped client never reports, so the server learns of its failure only when the
+   deadline passes (Bonawitz et al., MLSys 2019 §2.2; ``failure_report = "immediate"``
+   restores the earlier rule that the server hears of it at once);
 6. the global model is evaluated on the held-out test set (real accuracy and loss).
 
 Every round writes one line to ``metrics.jsonl`` and a checkpoint (``checkpoint/
@@ -62,6 +68,7 @@ from edgetrain.sim.round_memory import (
 # ratios 1, 1/2, 1/4, 1/8, 1/16). Activation memory scales ~ width, FLOPs ~ width^2.
 HETEROFL_WIDTHS = (1.0, 0.5, 0.25, 0.125, 0.0625)
 OUTCOMES = ("fit", "planned", "submodel", "pressure", "killed", "dropped", "late")
+TRAIN_OUTCOMES = ("fit", "planned", "submodel", "pressure")  # the client trains and reports
 PLAN_TECHNIQUES = ("hybrid", "recompute", "compress", "swap")
 # The budget trace covers the slowest round: full pressure (x PRESSURE_SLOWDOWN_CAL) on a
 # plan with this overhead factor; past it the last budget holds (round_memory).
@@ -115,7 +122,11 @@ class FederatedServer:
             opts = dict(fcfg.yogi.model_dump())
         self.aggregator: Aggregator = make_aggregator(agg_name, **opts)
         self.aggregator_name = agg_name
-        sel_opts = {"epsilon": fcfg.epsilon} if self.method.selector == "fedhybrid" else {}
+        sel_opts: dict[str, Any] = (
+            {"epsilon": fcfg.epsilon, "memstat": fcfg.memstat}
+            if self.method.selector == "fedhybrid"
+            else {}
+        )
         self.selector: Selector = make_selector(
             self.method.selector, seed=_seed(env.config.seed, 7), **sel_opts
         )
@@ -172,6 +183,10 @@ class FederatedServer:
             est_duration_s=env.est_duration_s(),
             m_g=env.m_g,
         )
+        # the round's reporting deadline (config field federated.deadline_s; see there)
+        self.deadline_s: float | None = fcfg.deadline_s
+        if self.deadline_s is None and fcfg.failure_report == "deadline":
+            self.deadline_s = fcfg.deadline_factor * float(np.max(self._checkin.est_duration_s))
 
     # -- helpers ----------------------------------------------------------------------------
     def _build_width(self, width: float) -> torch.nn.Module:
@@ -295,7 +310,7 @@ class FederatedServer:
             extra_compute_s=device_plan_s,
             extra_rx_bytes=REGEN_PLAN_BYTES if (rm.regenerated or pre_regen) else 0.0,
         )
-        if f.deadline_s is not None and cost.total_s > f.deadline_s:
+        if self.deadline_s is not None and cost.total_s > self.deadline_s:
             return ClientRound(
                 cid,
                 "late",
@@ -316,9 +331,21 @@ class FederatedServer:
         env, f = self.env, self.env.config.federated
         r = self.round + 1
         t0 = time.perf_counter()
-        selected = self.selector.select(r, self._checkin, f.clients_per_round)
+        k = f.clients_per_round
+        # over-commitment (FedScale's select_participants): every selector picks
+        # int(overcommit x k) clients; the round closes when k of them have reported
+        n_pick = min(len(env.fleet), max(k, int(f.overcommit * k + 1e-9)))
+        selected = self.selector.select(r, self._checkin, n_pick)
         rounds = [self._client_round(r, c) for c in selected]
-        train = [c for c in rounds if c.outcome in ("fit", "planned", "submodel", "pressure")]
+        reported = sorted(
+            (c for c in rounds if c.outcome in TRAIN_OUTCOMES and c.cost is not None),
+            key=lambda c: (c.cost.total_s, c.cid),  # type: ignore[union-attr]
+        )
+        # the first k reports are aggregated; later ones arrive after the round closed
+        # (FedScale tictak_client_tasks: top-k completion times, the rest are stragglers)
+        first = {c.cid for c in reported[:k]}
+        train = [c for c in rounds if c.cid in first]
+        surplus = list(reported[k:])
         tasks = [
             ClientTask(
                 c.cid,
@@ -336,30 +363,24 @@ class FederatedServer:
         results = self.executor.run(self.global_state, tasks)
         updates = [(res.state, float(res.n_samples)) for res in results]
         self.global_state = self.aggregator.aggregate(self.global_state, updates)
-        # simulated round time: the slowest aggregated client, or the deadline if any was
-        # late. Killed and dropped clients do not hold the round: the FL service on the phone
-        # reports a training process that lmkd killed (or a user who left), so the server
-        # does not wait for them (an assumption that favours the methods that get killed).
-        done_s = [c.cost.total_s for c in train if c.cost is not None]
-        late = any(c.outcome == "late" for c in rounds)
-        round_s = max(done_s, default=0.0)
-        if late and f.deadline_s is not None:
-            round_s = f.deadline_s
-        elif not done_s:
-            round_s = f.deadline_s or max(
-                (c.cost.total_s for c in rounds if c.cost is not None), default=0.0
-            )
+        round_s = self._round_time(rounds, reported, k)
         self.sim_time += round_s
         # feedback to the selector
         by_cid = {c.cid: res for c, res in zip(train, results, strict=True)}
+        late_ids = {c.cid for c in surplus}
         feedback = []
         for c in rounds:
             res = by_cid.get(c.cid)
             dur = c.cost.total_s if c.cost is not None else math.inf
             if res is not None:
                 feedback.append(Feedback(c.cid, True, dur, res.loss_sq_mean, res.n_samples))
-            else:
-                feedback.append(Feedback(c.cid, False, dur, math.nan, int(env.n_samples[c.cid])))
+            else:  # failed, late, or reported after the round closed (FedScale: success=False)
+                feedback.append(
+                    Feedback(
+                        c.cid, False, dur, math.nan, int(env.n_samples[c.cid]),
+                        straggler=f.straggler_feedback == "average" and c.cid in late_ids,
+                    )
+                )  # fmt: skip
         self.selector.update(r, feedback)
         # evaluation (real)
         acc = loss = None
@@ -392,6 +413,9 @@ class FederatedServer:
             "selected": selected,
             "n_selected": len(selected),
             "n_aggregated": len(updates),
+            "n_reported": len(reported),
+            "n_surplus": len(surplus),
+            "deadline_s": self.deadline_s,
             "participation": dict(sorted(participation.items())),
             "outcomes": decisions,
             "plan_decisions": plan_decisions,
@@ -413,6 +437,34 @@ class FederatedServer:
             self.run_dir.log_metrics(rec)
             self.checkpoint()
         return rec
+
+    def _round_time(self, rounds: list[ClientRound], reported: list[ClientRound], k: int) -> float:
+        """Simulated length of a round.
+
+        * ``k`` clients reported: the round closes at the k-th report (FedScale's round
+          duration with over-commitment: the k-th shortest completion time);
+        * fewer, with ``failure_report = "deadline"``: a killed or dropped client does not
+          report, so the server only knows it failed when the deadline passes (Bonawitz et
+          al. 2019 §2.2) and the round lasts until the deadline;
+        * fewer, with ``"immediate"`` (before round 4): killed and dropped clients are
+          reported at once; the round lasts until the slowest report, or until the
+          deadline when a client was late.
+        """
+        f = self.env.config.federated
+        done_s = [c.cost.total_s for c in reported if c.cost is not None]
+        if len(done_s) >= k:
+            return done_s[k - 1]
+        missing = any(c.outcome in ("killed", "dropped", "late") for c in rounds)
+        if f.failure_report == "deadline" and missing and self.deadline_s is not None:
+            return self.deadline_s
+        late = any(c.outcome == "late" for c in rounds)
+        if late and self.deadline_s is not None:
+            return self.deadline_s
+        if done_s:
+            return max(done_s)
+        return self.deadline_s or max(
+            (c.cost.total_s for c in rounds if c.cost is not None), default=0.0
+        )
 
     def run(self, rounds: int | None = None, *, stop_after: int | None = None) -> list[dict]:
         """Run until ``rounds`` total rounds (default: the config's); ``stop_after`` ends

@@ -3,6 +3,7 @@
 from edgetrain.errors import ConfigError
 from edgetrain.federated.selectors.base import CheckIn, Feedback, Selector
 from edgetrain.federated.selectors.fedhybrid import (
+    MEMSTAT_FORMS,
     FedHybridSelector,
     comp_stat,
     mem_stat,
@@ -27,6 +28,7 @@ def make_selector(name: str, seed: int = 0, **options) -> Selector:
 
 
 __all__ = [
+    "MEMSTAT_FORMS",
     "SELECTORS",
     "CheckIn",
     "FedHybridSelector",

@@ -46,6 +46,10 @@ class Feedback:
     duration_s: float  # simulated round time (inf if it was killed)
     loss_sq_mean: float  # mean of per-sample training loss squared (nan if no update)
     n_samples: int
+    # trained, but reported after the round had closed on its first k reports; FedScale's
+    # round_completion_handler "assign[s] avg reward to explored, but not ran workers":
+    # the selector credits it with the mean utility of the round's aggregated clients
+    straggler: bool = False
 
 
 class Selector(ABC):

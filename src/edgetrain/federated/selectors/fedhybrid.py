@@ -1,9 +1,22 @@
 """FedHybrid's memory-aware client selector (FedHybrid §4.2, eq. 1-4, MAB-UCB).
 
-* ``MemStat(i) = (M_i / M_G) ^ 1(M_G > M_i)`` (eq. 1): 1 when the model fits;
 * ``Stat(i) = sqrt(mean_k Loss(k)^2)`` over the client's training samples (eq. 2);
 * ``CompStat(i) = 1 / sum_o t_o`` (eq. 3): one over the device's per-step operator time;
-* ``Util(i) = Stat x MemStat x CompStat`` (eq. 4, with eq. 1's indicator).
+* ``Util(i) = Stat x MemStat x CompStat`` (eq. 4).
+
+The paper prints MemStat twice, with opposite indicators:
+
+* eq. 1: ``(M_i / M_G) ^ 1(M_G > M_i)`` -- a memory-poor client scores ``M_i/M_G < 1``, a
+  memory-rich one 1 (and §4.2's prose under eq. 1 describes this form);
+* eq. 4: ``(M_i / M_G) ^ 1(M_i > M_G)`` -- a memory-poor client keeps factor 1, a
+  memory-rich one scores ``M_i/M_G > 1``.
+
+The selector is specified as "We first calculate the utilities of all devices based on
+Equation 4", so ``memstat="eq4"`` (the default) uses eq. 4 as printed; ``memstat="eq1"``
+keeps eq. 1's form (the behaviour before round 4). Both rank memory-rich clients above
+memory-poor ones; they differ in *where* the ranking bites: eq. 1 separates the clients
+below M_G (a 1.5 GB phone scores half of a 3 GB one), eq. 4 treats every client whose plan
+must rescue it alike and separates the clients above M_G.
 
 Selection (MAB-UCB, Chen et al. 2013): each client is an arm. Explored arms score
 ``Util / max Util + sqrt(c ln t / n_i)`` (n_i = times it reported; c = 0.1, the
@@ -22,13 +35,20 @@ from typing import Any
 
 import numpy as np
 
+from edgetrain.errors import ConfigError
 from edgetrain.federated.selectors.base import CheckIn, Feedback, Selector
 
+MEMSTAT_FORMS = ("eq4", "eq1")
 
-def mem_stat(m_i: np.ndarray | float, m_g: float) -> np.ndarray:
-    """Eq. 1: ``(M_i / M_G) ^ 1(M_G > M_i)``."""
+
+def mem_stat(m_i: np.ndarray | float, m_g: float, form: str = "eq4") -> np.ndarray:
+    """MemStat: eq. 4's ``(M_i/M_G)^1(M_i > M_G)`` or eq. 1's ``(M_i/M_G)^1(M_G > M_i)``."""
     m = np.asarray(m_i, dtype=float)
-    return np.where(m_g > m, m / m_g, 1.0)
+    if form == "eq4":
+        return np.where(m > m_g, m / m_g, 1.0)
+    if form == "eq1":
+        return np.where(m_g > m, m / m_g, 1.0)
+    raise ConfigError(f"memstat form {form!r}; accepted: {', '.join(MEMSTAT_FORMS)}")
 
 
 def comp_stat(step_time_s: np.ndarray | float) -> np.ndarray:
@@ -41,16 +61,20 @@ def stat_util(loss_sq_mean: np.ndarray | float) -> np.ndarray:
     return np.sqrt(np.asarray(loss_sq_mean, dtype=float))
 
 
-def utility(loss_sq_mean, m_i, m_g: float, step_time_s) -> np.ndarray:
-    """Eq. 4: Stat x MemStat x CompStat."""
-    return stat_util(loss_sq_mean) * mem_stat(m_i, m_g) * comp_stat(step_time_s)
+def utility(loss_sq_mean, m_i, m_g: float, step_time_s, form: str = "eq4") -> np.ndarray:
+    """Eq. 4: Stat x MemStat x CompStat (MemStat in ``form``, see :func:`mem_stat`)."""
+    return stat_util(loss_sq_mean) * mem_stat(m_i, m_g, form) * comp_stat(step_time_s)
 
 
 class FedHybridSelector(Selector):
     name = "fedhybrid"
 
-    def __init__(self, seed: int = 0, epsilon: float = 0.9, ucb_c: float = 0.1) -> None:
+    def __init__(
+        self, seed: int = 0, epsilon: float = 0.9, ucb_c: float = 0.1, memstat: str = "eq4"
+    ) -> None:
         super().__init__(seed)
+        mem_stat(1.0, 1.0, memstat)  # validates the form
+        self.memstat = memstat
         self.epsilon = epsilon
         self.ucb_c = ucb_c
         self.loss_sq: dict[int, float] = {}  # last reported mean loss^2 per explored client
@@ -58,10 +82,17 @@ class FedHybridSelector(Selector):
         self.selected_before: set[int] = set()
 
     def update(self, round_idx: int, feedback: Sequence[Feedback]) -> None:
+        ok = [f.loss_sq_mean for f in feedback if f.success and math.isfinite(f.loss_sq_mean)]
+        avg = float(np.mean(ok)) if ok else math.nan
         for f in feedback:
             if f.success and math.isfinite(f.loss_sq_mean):
-                self.loss_sq[f.cid] = f.loss_sq_mean
-                self.count[f.cid] = self.count.get(f.cid, 0) + 1
+                value = f.loss_sq_mean
+            elif f.straggler and math.isfinite(avg):  # FedScale: the round's mean utility
+                value = avg
+            else:
+                continue
+            self.loss_sq[f.cid] = value
+            self.count[f.cid] = self.count.get(f.cid, 0) + 1
 
     def scores(self, round_idx: int, checkin: CheckIn) -> dict[int, float]:
         """UCB scores of the explored clients."""
@@ -73,6 +104,7 @@ class FedHybridSelector(Selector):
             checkin.memory_budget[ids],
             checkin.m_g,
             checkin.step_time_s[ids],
+            self.memstat,
         )
         top = float(u.max()) if u.size and u.max() > 0 else 1.0
         t = max(round_idx, 2)
@@ -92,9 +124,9 @@ class FedHybridSelector(Selector):
         )
         n_explore = min(k - len(picked), len(unexplored))
         if n_explore > 0:
-            sys_util = mem_stat(checkin.memory_budget[unexplored], checkin.m_g) * comp_stat(
-                checkin.step_time_s[unexplored]
-            )
+            sys_util = mem_stat(
+                checkin.memory_budget[unexplored], checkin.m_g, self.memstat
+            ) * comp_stat(checkin.step_time_s[unexplored])
             p = sys_util / sys_util.sum()
             draw = self.rng.choice(unexplored, size=n_explore, replace=False, p=p)
             picked += [int(c) for c in draw]
@@ -104,7 +136,7 @@ class FedHybridSelector(Selector):
             chosen = set(picked)
         if len(picked) < k:  # nothing reported yet from the rest: the system utility decides
             rest = np.array([i for i in range(n) if i not in chosen], dtype=int)
-            sys_util = mem_stat(checkin.memory_budget[rest], checkin.m_g) * comp_stat(
+            sys_util = mem_stat(checkin.memory_budget[rest], checkin.m_g, self.memstat) * comp_stat(
                 checkin.step_time_s[rest]
             )
             p = sys_util / sys_util.sum()

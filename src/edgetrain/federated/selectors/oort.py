@@ -88,12 +88,19 @@ class OortSelector(Selector):
                 self.unexplored.add(i)
 
     def update(self, round_idx: int, feedback: Sequence[Feedback]) -> None:
+        ok = [
+            math.sqrt(f.loss_sq_mean) * f.n_samples
+            for f in feedback
+            if f.success and f.cid in self.arms
+        ]
+        avg = sum(ok) / len(ok) if ok else None
         for f in feedback:
             arm = self.arms.get(f.cid)
             if arm is None:
                 continue
-            if f.success:
-                arm["reward"] = math.sqrt(f.loss_sq_mean) * f.n_samples
+            if f.success or (f.straggler and avg is not None):
+                # a straggler gets the round's mean reward (FedScale round_completion_handler)
+                arm["reward"] = math.sqrt(f.loss_sq_mean) * f.n_samples if f.success else avg
                 arm["duration"] = f.duration_s
                 arm["time_stamp"] = float(round_idx)
                 arm["count"] += 1

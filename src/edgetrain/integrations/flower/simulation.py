@@ -64,6 +64,7 @@ class SimulationResult:
                     "planned": r.planned,
                     "failed": r.failed,
                     "late": r.late,
+                    "stragglers": r.stragglers,
                     "plans": {str(c): p for c, p in r.plans.items()},
                     "round_time_s": r.round_time_s,
                     "train_loss": r.train_loss,
@@ -91,7 +92,9 @@ def make_strategy(cfg: FederatedConfig, env: Environment, method: str) -> Edgetr
         opts = {"mu": f.mu}
     elif f.aggregator == "fedyogi":
         opts = dict(f.yogi.model_dump())
-    sel_opts = {"epsilon": f.epsilon} if spec.selector == "fedhybrid" else {}
+    sel_opts: dict[str, Any] = (
+        {"epsilon": f.epsilon, "memstat": f.memstat} if spec.selector == "fedhybrid" else {}
+    )
     plans = None
     if spec.technique in PLAN_TECHNIQUES:
         from edgetrain.federated.server import make_plan_service
@@ -110,6 +113,10 @@ def make_strategy(cfg: FederatedConfig, env: Environment, method: str) -> Edgetr
         plan_strategy=spec.technique if plans is not None else "hybrid",
         cluster=cfg.memory.cluster,
         deadline_s=f.deadline_s,
+        overcommit=f.overcommit,
+        failure_report=f.failure_report,
+        deadline_factor=f.deadline_factor,
+        straggler_feedback=f.straggler_feedback,
         local_steps=f.local_steps,
         batch_size=f.batch_size,
         lr=f.lr,

@@ -8,14 +8,19 @@ One round on Flower's ``Grid`` (FedHybrid §4.1 workflow, same steps as
    id, sample count, predicted memory budget M_i, per-step operator time, profile round
    estimate, compute rate and device class. These become a
    :class:`~edgetrain.federated.selectors.CheckIn`, and the node id <-> client id map.
-2. **select** — the edgetrain selector (Random / Oort / FedHybrid) picks ``k`` client ids.
+2. **select** — the edgetrain selector (Random / Oort / FedHybrid) picks
+   ``int(overcommit x k)`` client ids (over-commitment, as the in-process server).
 3. **plan** — every selected client whose budget is below M_G gets an execution plan from
    the :class:`~edgetrain.federated.plans.PlanService` (k-means clusters, weakest member,
    cache); the plan's JSON rides in that node's train ``ConfigRecord`` (``plan-json``).
-4. **aggregate** — valid replies past ``deadline_s`` (their simulated round time) are
-   discarded like stragglers; the rest go through the edgetrain aggregator (FedAvg /
-   FedProx / FedYogi) weighted by ``num-examples``. Error replies (a node killed above
-   its physical memory, a crash) count as failed rounds.
+4. **aggregate** — valid replies past the deadline (their simulated round time) are
+   discarded as late; of the rest, the ``k`` with the shortest simulated round time go
+   through the edgetrain aggregator (FedAvg / FedProx / FedYogi) weighted by
+   ``num-examples``, the others are stragglers that reported after the round closed.
+   Error replies (a node killed above its physical memory, a crash) count as failed
+   rounds; with ``failure_report="deadline"`` the round then lasts until the deadline
+   when fewer than ``k`` reported (the rules of
+   :meth:`edgetrain.federated.server.FederatedServer._round_time`).
 5. **feedback** — every selected client's outcome goes back to ``selector.update``.
 
 Selection randomness comes from the selector's own seeded generator and evaluation
@@ -57,6 +62,7 @@ class RoundLog:
     planned: list[int] = field(default_factory=list)  # trained under the shipped plan
     failed: list[int] = field(default_factory=list)
     late: list[int] = field(default_factory=list)
+    stragglers: list[int] = field(default_factory=list)  # reported after the k-th report
     round_time_s: float = 0.0
     train_loss: float | None = None
 
@@ -88,6 +94,10 @@ class EdgetrainStrategy(Strategy):
         checkin_every: int = 0,
         evaluate_clients: int = 0,
         query_timeout_s: float = 600.0,
+        overcommit: float = 1.0,
+        failure_report: str = "immediate",
+        deadline_factor: float = 2.0,
+        straggler_feedback: str = "none",
     ) -> None:
         if clients_per_round < 1:
             raise ConfigError(f"clients_per_round={clients_per_round}; expected >= 1")
@@ -97,6 +107,16 @@ class EdgetrainStrategy(Strategy):
             raise ConfigError(f"plan_strategy {plan_strategy!r}; expected one of {STRATEGIES}")
         if deadline_s is not None and not deadline_s > 0:
             raise ConfigError(f"deadline_s={deadline_s}; expected seconds > 0 or None")
+        if not overcommit >= 1.0 or not deadline_factor >= 1.0:
+            raise ConfigError(
+                f"overcommit={overcommit}, deadline_factor={deadline_factor}; expected >= 1"
+            )
+        if failure_report not in ("deadline", "immediate"):
+            raise ConfigError(f"failure_report {failure_report!r}; expected deadline or immediate")
+        if straggler_feedback not in ("average", "none"):
+            raise ConfigError(
+                f"straggler_feedback {straggler_feedback!r}; expected average or none"
+            )
         if checkin_every < 0 or evaluate_clients < 0 or min_available_nodes < 1:
             raise ConfigError(
                 "checkin_every and evaluate_clients must be >= 0 and min_available_nodes >= 1"
@@ -105,6 +125,8 @@ class EdgetrainStrategy(Strategy):
         self.clients_per_round, self.m_g = clients_per_round, float(m_g)
         self.plan_service, self.plan_strategy, self.cluster = plan_service, plan_strategy, cluster
         self.deadline_s = deadline_s
+        self.overcommit, self.failure_report = overcommit, failure_report
+        self.deadline_factor, self.straggler_feedback = deadline_factor, straggler_feedback
         self.local_steps, self.batch_size, self.lr = local_steps, batch_size, lr
         self.seed = seed
         self.min_available_nodes = min_available_nodes
@@ -200,8 +222,9 @@ class EdgetrainStrategy(Strategy):
         if self.checkin is None or refresh:
             self.check_in(grid)
         assert self.checkin is not None
-        k = min(self.clients_per_round, len(self.checkin))
-        selected = self.selector.select(server_round, self.checkin, k)
+        k = self.clients_per_round
+        n_pick = min(len(self.checkin), max(k, int(self.overcommit * k + 1e-9)))
+        selected = self.selector.select(server_round, self.checkin, n_pick)
         plans = self.plans_for(selected)
         self._global = arrays.to_torch_state_dict()
         self._pending = RoundLog(server_round, list(selected))
@@ -248,6 +271,21 @@ class EdgetrainStrategy(Strategy):
             cid = cid_of.get(reply.metadata.src_node_id)
             if cid is not None and cid in rec.selected:
                 got[cid] = reply
+        deadline = self.round_deadline_s()
+        valid: list[tuple[float, int]] = []  # (simulated round time, cid) of timely replies
+        for cid in rec.selected:
+            reply = got.get(cid)
+            if reply is None or reply.has_error():
+                rec.failed.append(cid)
+                continue
+            dur = float(reply.content.metric_records[K.METRICS][K.DURATION])
+            if deadline is not None and dur > deadline:
+                rec.late.append(cid)
+                continue
+            valid.append((dur, cid))
+        k = self.clients_per_round
+        first = {cid for _, cid in sorted(valid)[:k]}
+        rec.stragglers = [cid for _, cid in sorted(valid)[k:]]
         updates: list[tuple[dict[str, torch.Tensor], float]] = []
         feedback: list[Feedback] = []
         losses: list[tuple[float, float]] = []
@@ -255,15 +293,15 @@ class EdgetrainStrategy(Strategy):
         for cid in rec.selected:
             reply = got.get(cid)
             n_cid = int(self.checkin.n_samples[cid]) if self.checkin is not None else 0
-            if reply is None or reply.has_error():
-                rec.failed.append(cid)
+            if cid in rec.failed:
                 feedback.append(Feedback(cid, False, math.inf, math.nan, n_cid))
                 continue
+            assert reply is not None
             m = reply.content.metric_records[K.METRICS]
             dur = float(m[K.DURATION])
-            if self.deadline_s is not None and dur > self.deadline_s:
-                rec.late.append(cid)
-                feedback.append(Feedback(cid, False, dur, math.nan, n_cid))
+            if cid not in first:  # late, or reported after the round closed
+                straggler = self.straggler_feedback == "average" and cid in rec.stragglers
+                feedback.append(Feedback(cid, False, dur, math.nan, n_cid, straggler=straggler))
                 continue
             w = float(m[K.WEIGHT])
             state = reply.content.array_records[K.ARRAYS].to_torch_state_dict()
@@ -275,9 +313,17 @@ class EdgetrainStrategy(Strategy):
             losses.append((float(m[K.MEAN_LOSS]), w))
             feedback.append(Feedback(cid, True, dur, float(m[K.LOSS_SQ_MEAN]), int(w)))
         self.selector.update(server_round, feedback)
-        rec.round_time_s = max(durations, default=0.0)
-        if rec.late and self.deadline_s is not None:
-            rec.round_time_s = self.deadline_s
+        done = sorted(d for d, _ in valid)
+        if len(done) >= k:  # the k-th report closes the round
+            rec.round_time_s = done[k - 1]
+        elif (
+            self.failure_report == "deadline" and (rec.failed or rec.late) and deadline is not None
+        ):  # a killed node never reports: known only when the deadline passes
+            rec.round_time_s = deadline
+        else:
+            rec.round_time_s = max(durations, default=0.0)
+            if rec.late and deadline is not None:
+                rec.round_time_s = deadline
         self.sim_time_s += rec.round_time_s
         if losses:
             total = sum(w for _, w in losses)
@@ -299,6 +345,15 @@ class EdgetrainStrategy(Strategy):
             return None, metrics
         new = self.aggregator.aggregate(self._global, updates)
         return ArrayRecord(new), metrics
+
+    def round_deadline_s(self) -> float | None:
+        """``deadline_s``, or with ``failure_report="deadline"`` and none given,
+        ``deadline_factor`` x the longest check-in round estimate (as the in-process server)."""
+        if self.deadline_s is not None:
+            return self.deadline_s
+        if self.failure_report == "deadline" and self.checkin is not None:
+            return self.deadline_factor * float(np.max(self.checkin.est_duration_s))
+        return None
 
     # -- federated evaluation --------------------------------------------------------------------
     def configure_evaluate(
