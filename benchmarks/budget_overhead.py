@@ -22,18 +22,32 @@ look nearly free here.  Baselines on the same accountant:
 * ``mincut``: ``torch.compile`` with AOTAutograd's
   ``min_cut_rematerialization_partition`` and
   ``torch._functorch.config.activation_memory_budget = budget fraction``, run
-  with eager FX graphs (no inductor codegen) so only the partitioning differs.
+  with eager FX graphs (no inductor codegen).
+* ``mincut-free``: the same compiled graph with ``activation_memory_budget = 1.0``
+  (the partitioner's own no-budget point: it saves its runtime-optimised min cut
+  and does no budget-driven rematerialisation).  ``mincut`` runs a traced graph of
+  aten ops, not the modules' Python, so its ratio vs the eager ``none`` mixes
+  execution path and memory plan; its ratio vs ``mincut-free`` (``vs_free``) is the
+  cost of its memory plan on its own execution path.
+
+Every method of a budget -- ``none``, the planners, ``mincut`` and ``mincut-free``
+-- runs interleaved in the same rounds (same repeats, medians, same CPU clock), so
+machine noise between steps hits them alike.  The compiled variants are compiled
+during the warm-up step of each budget; a recompilation during timed steps is
+reported (``recompiles``), since it would put compile time into the ratio.
 
 Writes a PNG per model (``--out``).  ``--quick`` runs a tiny setting (for tests).
 
     python benchmarks/budget_overhead.py [--quick] [--models mobilenetv2:32,bert-small:8]
         [--budgets 0.9,0.8,0.7,0.6,0.5,0.4,0.3,0.25,0.2] [--no-mincut] [--json]
-        [--rounds R [--rounds-at 0.5,0.25]]
+        [--methods recompute,compress,swap,hybrid] [--rounds R [--rounds-at 0.5,0.25]]
 
 ``--rounds R`` repeats the whole interleaved measurement of a budget R times and
 reports the median over rounds of the per-round ratio (each round: median of
 ``--repeats`` steps of the plan / median of the unplanned steps); the per-round
-ratios are kept in the JSON (``round_ratios``).
+ratios are kept in the JSON (``round_ratios``).  Without ``--rounds-at`` every
+budget gets ``--rounds`` rounds.  ``--methods`` restricts the planners that run
+(``none`` always runs; ``--no-mincut`` drops both compiled variants).
 """
 
 from __future__ import annotations
@@ -41,6 +55,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import copy
+import gc
 import json
 import statistics
 import sys
@@ -51,10 +66,16 @@ from pathlib import Path
 import torch
 
 from edgetrain.commands.budget import zoo_task
-from edgetrain.engine.budget import MemoryAccountant, minimum_budget, plan, profile_model
+from edgetrain.engine.budget import (
+    MemoryAccountant,
+    PlanExecutor,
+    minimum_budget,
+    plan,
+    profile_model,
+)
 from edgetrain.engine.budget.accountant import model_state_tensors
 from edgetrain.engine.budget.runner import codecs_for, max_grad_diff, measure_steps, none_plan
-from edgetrain.errors import BudgetError
+from edgetrain.errors import BudgetError, ConfigError
 
 METHODS = ("recompute", "compress", "swap", "hybrid")
 
@@ -102,51 +123,119 @@ def _ckpt_all(units):
     return wrap, unwrap
 
 
-def _mincut(frac):
-    from functorch.compile import make_boxed_func, min_cut_rematerialization_partition
-    from torch._dynamo.backends.common import aot_autograd
+class _Compiled:
+    """``model`` under ``torch.compile`` with the min-cut partitioner at ``frac``.
 
-    def nop(gm, example_inputs):
-        return make_boxed_func(gm)
+    The budget is patched inside the partition function, i.e. at compile time, so
+    two variants of the same model (``mincut`` and ``mincut-free``) can live in
+    dynamo's cache side by side (it keys entries by backend) and be called
+    alternately.  ``compiles`` counts partitioner calls (one per compiled graph).
+    """
 
-    backend = aot_autograd(
-        fw_compiler=nop, bw_compiler=nop, partition_fn=min_cut_rematerialization_partition
-    )
+    def __init__(self, model, frac: float) -> None:
+        from functorch.compile import make_boxed_func, min_cut_rematerialization_partition
+        from torch._dynamo.backends.common import aot_autograd
 
-    def wrap(model):
-        torch._dynamo.reset()
-        compiled = torch.compile(model, backend=backend, dynamic=False)
+        self.frac, self.compiles = frac, 0
 
-        def call(*a):
+        def nop(gm, example_inputs):
+            return make_boxed_func(gm)
+
+        def partition(*a, **k):
+            self.compiles += 1
             with torch._functorch.config.patch(activation_memory_budget=frac):
-                return compiled(*a)
+                return min_cut_rematerialization_partition(*a, **k)
 
-        return call
+        backend = aot_autograd(fw_compiler=nop, bw_compiler=nop, partition_fn=partition)
+        self.fn = torch.compile(model, backend=backend, dynamic=False)
 
-    return wrap
+    def __call__(self, *a):
+        return self.fn(*a)
 
 
-def _round_ratios(model, plans, inputs, loss_fn, repeats, rounds):
-    """Run the interleaved measurement ``rounds`` times; per round, each plan's ratio of
-    medians vs ``none``.  Returns (first round's result, {plan: [ratio per round]},
-    {plan: [wall ratio per round]}, {plan: max peak over rounds})."""
-    ratios = {k: [] for k in plans}
-    walls = {k: [] for k in plans}
-    peaks = dict.fromkeys(plans, 0)
+def _interleaved(model, entries, inputs, loss_fn, repeats, seed=0):
+    """Each entry ``repeats`` times (+1 warm-up), interleaved, from the same state.
+
+    ``entries`` maps a name to an :class:`ExecutionPlan` (run by
+    :class:`PlanExecutor` exactly as :func:`measure_steps` does, simulated swap I/O
+    time included) or to a :class:`_Compiled` runner (forward + loss + backward
+    under the same accountant).  Every step is timed on the same clocks: process
+    CPU time (``times``, the clock of :func:`measure_steps`), thread CPU time
+    (``thread``) and wall time (``wall``).
+    """
+    state = copy.deepcopy(model.state_dict())
+    out = {k: {"times": [], "thread": [], "wall": [], "peak": 0, "grads": None} for k in entries}
+    warm_compiles = {}
+    for r in range(repeats + 1):  # r == 0: warm-up (and compilation), not timed
+        if r == 1:
+            warm_compiles = {k: e.compiles for k, e in entries.items() if isinstance(e, _Compiled)}
+        for name, entry in entries.items():
+            model.load_state_dict(state)
+            model.zero_grad(set_to_none=True)
+            acc = MemoryAccountant(exclude=model_state_tensors(model))
+            torch.manual_seed(seed)
+            io_s = 0.0
+            if isinstance(entry, _Compiled):
+                with acc.track():
+                    c0, h0, t0 = time.process_time(), time.thread_time(), time.perf_counter()
+                    loss = loss_fn(entry(*inputs))
+                    loss.backward()
+                    c1, h1, t1 = time.process_time(), time.thread_time(), time.perf_counter()
+            else:
+                with PlanExecutor(model, entry, accountant=acc) as ex:
+                    c0, h0, t0 = time.process_time(), time.thread_time(), time.perf_counter()
+                    ex.step(inputs, loss_fn)
+                    c1, h1, t1 = time.process_time(), time.thread_time(), time.perf_counter()
+                    io_s = ex.simulated_io_s
+            rec = out[name]
+            rec["peak"] = max(rec["peak"], acc.peak)
+            if r > 0:
+                rec["times"].append(c1 - c0 + io_s)
+                rec["thread"].append(h1 - h0 + io_s)
+                rec["wall"].append(t1 - t0 + io_s)
+            if rec["grads"] is None:
+                rec["grads"] = [
+                    (p_.grad.detach().clone() if p_.grad is not None else None)
+                    for p_ in model.parameters()
+                ]
+    for k, e in entries.items():
+        if isinstance(e, _Compiled):
+            out[k]["compiles"] = e.compiles
+            out[k]["recompiles"] = e.compiles - warm_compiles.get(k, e.compiles)
+    model.load_state_dict(state)
+    model.zero_grad(set_to_none=True)
+    return out
+
+
+def _round_ratios(model, entries, inputs, loss_fn, repeats, rounds):
+    """Run the interleaved measurement ``rounds`` times; per round, each entry's ratio of
+    medians vs ``none`` (process CPU, thread CPU, wall) and ``mincut``'s vs
+    ``mincut-free``.  Returns (first round's result, {entry: {clock: [ratio per
+    round]}}, {entry: max peak over rounds}, {entry: recompiles in timed steps})."""
+    ratios = {k: {"cpu": [], "thread": [], "wall": [], "vs_free": []} for k in entries}
+    peaks = dict.fromkeys(entries, 0)
+    recompiles = dict.fromkeys(entries, 0)
     first = None
     for _ in range(rounds):
-        res = measure_steps(model, plans, inputs, loss_fn, repeats=repeats)
+        res = _interleaved(model, entries, inputs, loss_fn, repeats)
         first = first or res
-        none_s = statistics.median(res["none"]["times"])
-        none_w = statistics.median(res["none"]["wall"])
+        med = {k: {c: statistics.median(r[c]) for c in ("times", "thread", "wall")}
+               for k, r in res.items()}  # fmt: skip
         for k, r in res.items():
-            ratios[k].append(statistics.median(r["times"]) / none_s)
-            walls[k].append(statistics.median(r["wall"]) / none_w)
+            ratios[k]["cpu"].append(med[k]["times"] / med["none"]["times"])
+            ratios[k]["thread"].append(med[k]["thread"] / med["none"]["thread"])
+            ratios[k]["wall"].append(med[k]["wall"] / med["none"]["wall"])
+            if k == "mincut" and "mincut-free" in res:
+                ratios[k]["vs_free"].append(med[k]["times"] / med["mincut-free"]["times"])
             peaks[k] = max(peaks[k], r["peak"])
-    return first, ratios, walls, peaks
+            recompiles[k] += r.get("recompiles", 0)
+    return first, ratios, peaks, recompiles
 
 
-def bench_model(name, batch, budgets, repeats, mincut, log, rounds=1, rounds_at=None):
+def bench_model(name, batch, budgets, repeats, mincut, log, rounds=1, rounds_at=None,
+                methods=METHODS, rows_path=None):  # fmt: skip
+    """Measure every budget; ``rows_path`` (JSON lines) gets each budget's rows as soon as
+    they are measured, so a run that dies later (e.g. out of memory) keeps them."""
     model, inputs, loss_fn = zoo_task(name, batch, seed=0)
     t0 = time.perf_counter()
     codecs = {**codecs_for("hybrid"), **codecs_for("compress")}
@@ -154,59 +243,88 @@ def bench_model(name, batch, budgets, repeats, mincut, log, rounds=1, rounds_at=
     log(f"[{name} b{batch}] profiled {len(prof.units)} units in {time.perf_counter() - t0:.1f}s")
     base = none_plan(prof)
     unplanned = measure_steps(model, {"none": base}, inputs, loss_fn, repeats=0)["none"]["peak"]
-    mins = {m: minimum_budget(prof, m) for m in METHODS}
+    mins = {m: minimum_budget(prof, m) for m in methods}
     rows = []
     for frac in budgets:
+        t_budget = time.perf_counter()
         budget = int(frac * unplanned)
-        plans = {"none": base}
-        for m in METHODS:
+        entries = {"none": base}
+        for m in methods:
             with contextlib.suppress(BudgetError):
-                plans[m] = plan(prof, budget, m)
+                entries[m] = plan(prof, budget, m)
+        compiled_error = None
+        if mincut:
+            torch._dynamo.reset()  # drop the previous budget's graphs (cache size limit)
+            entries["mincut"] = _Compiled(model, frac)
+            entries["mincut-free"] = _Compiled(model, 1.0)
         n_rounds = rounds if rounds_at is None or frac in rounds_at else 1
-        res, ratios, walls, peaks = _round_ratios(model, plans, inputs, loss_fn, repeats, n_rounds)
-        none_s = statistics.median(res["none"]["times"])
-        for m in METHODS:
-            row = {
-                "model": name,
-                "batch": batch,
-                "budget": frac,
-                "budget_bytes": budget,
-                "method": m,
-            }
-            if m not in plans:
+        try:
+            res, ratios, peaks, recompiles = _round_ratios(
+                model, entries, inputs, loss_fn, repeats, n_rounds
+            )
+        except Exception as exc:  # report, do not hide: a compiled baseline failed to run
+            if not mincut:
+                raise
+            compiled_error = f"{type(exc).__name__}: {str(exc)[:200]}"
+            entries.pop("mincut"), entries.pop("mincut-free")
+            res, ratios, peaks, recompiles = _round_ratios(
+                model, entries, inputs, loss_fn, repeats, n_rounds
+            )
+        for m in (*methods, "mincut", "mincut-free") if mincut else methods:
+            row = {"model": name, "batch": batch, "budget": frac, "budget_bytes": budget,
+                   "method": m}  # fmt: skip
+            if m in ("mincut", "mincut-free") and compiled_error:
+                row.update(feasible=False, error=compiled_error)
+            elif m not in entries:
                 row.update(feasible=False, min_feasible_bytes=mins[m],
                            min_feasible_frac=mins[m] / unplanned)  # fmt: skip
             else:
-                r = res[m]
+                rr = ratios[m]
                 row.update(
                     feasible=True,
-                    # median over rounds of (median plan step / median none step)
-                    ratio=statistics.median(ratios[m]),
-                    round_ratios=ratios[m],
-                    wall_ratio=statistics.median(walls[m]),
+                    # median over rounds of (median step / median none step), same round
+                    ratio=statistics.median(rr["cpu"]),
+                    round_ratios=rr["cpu"],
+                    thread_ratio=statistics.median(rr["thread"]),
+                    wall_ratio=statistics.median(rr["wall"]),
                     measured_peak=peaks[m],
-                    predicted_peak=plans[m].predicted_peak_bytes,
-                    predicted_overhead_s=plans[m].predicted_overhead_s,
+                    peak_over_budget=peaks[m] / budget,
+                    measured_peak_frac=peaks[m] / unplanned,
                     within_budget=peaks[m] <= budget,
-                    grad_err=max_grad_diff(r["grads"], res["none"]["grads"]),
-                    decisions=plans[m].decision_counts(),
-                    # what was evicted and how (to tell identical plans from equal counts)
-                    plan=[[u.name, u.decision] for u in plans[m].units if u.decision != "keep"],
+                    grad_err=max_grad_diff(res[m]["grads"], res["none"]["grads"]),
                 )
+                if m in ("mincut", "mincut-free"):
+                    row.update(
+                        activation_memory_budget=entries[m].frac,
+                        compiles=entries[m].compiles,
+                        recompiles=recompiles[m],
+                    )
+                    if rr["vs_free"]:
+                        row.update(vs_free=statistics.median(rr["vs_free"]),
+                                   round_vs_free=rr["vs_free"])  # fmt: skip
+                else:
+                    p = entries[m]
+                    row.update(
+                        predicted_peak=p.predicted_peak_bytes,
+                        predicted_overhead_s=p.predicted_overhead_s,
+                        decisions=p.decision_counts(),
+                        # what was evicted and how (to tell identical plans from equal counts)
+                        plan=[[u.name, u.decision] for u in p.units if u.decision != "keep"],
+                    )
             rows.append(row)
-            log(f"  {frac:4.2f} {m:9s} " + _brief(row))
+            log(f"  {frac:4.2f} {m:11s} " + _brief(row))
+        log(f"  {frac:4.2f} ({n_rounds} round(s), {time.perf_counter() - t_budget:.0f}s)")
         if mincut:
-            try:
-                t, peak, grads = _timed_steps(model, inputs, loss_fn, repeats, _mincut(frac))
-                row = {"model": name, "batch": batch, "budget": frac, "budget_bytes": budget,
-                       "method": "mincut", "feasible": True, "ratio": t / none_s,
-                       "measured_peak": peak, "within_budget": peak <= budget,
-                       "grad_err": max_grad_diff(grads, res["none"]["grads"])}  # fmt: skip
-            except Exception as exc:  # report, do not hide: the baseline failed to run
-                row = {"model": name, "budget": frac, "method": "mincut", "feasible": False,
-                       "error": f"{type(exc).__name__}: {str(exc)[:200]}"}  # fmt: skip
-            rows.append(row)
-            log(f"  {frac:4.2f} mincut    " + _brief(row))
+            # free this budget's compiled graphs now: a long run grew by about 2 GB of RSS
+            # per budget without this (cause not isolated; see the README notes)
+            del entries, res
+            torch._dynamo.reset()
+            gc.collect()
+        if rows_path is not None:
+            with open(rows_path, "a") as f:
+                for row in rows:
+                    if row["budget"] == frac:
+                        f.write(json.dumps({**row, "unplanned_peak_bytes": unplanned}) + "\n")
     wrap, unwrap = _ckpt_all([u.name for u in prof.units])
     none_t, _, none_g = _timed_steps(model, inputs, loss_fn, repeats)
     t, peak, grads = _timed_steps(model, inputs, loss_fn, repeats, wrap)
@@ -287,8 +405,14 @@ def _brief(row):
     s = f"ratio={row['ratio']:.3f} peak={row['measured_peak']:,}"
     if len(row.get("round_ratios", ())) > 1:
         s += " rounds=[" + ",".join(f"{x:.3f}" for x in row["round_ratios"]) + "]"
+    if "vs_free" in row:
+        s += f" vs_free={row['vs_free']:.3f}"
+        if len(row["round_vs_free"]) > 1:
+            s += " [" + ",".join(f"{x:.3f}" for x in row["round_vs_free"]) + "]"
     if "within_budget" in row:
         s += f" within={row['within_budget']}"
+    if row.get("recompiles"):
+        s += f" RECOMPILED x{row['recompiles']} in timed steps"
     return s + f" grad_err={row['grad_err']:.2e}"
 
 
@@ -300,7 +424,7 @@ def plot(result, out: Path):
 
     fig, ax = plt.subplots(figsize=(6, 4))
     rows = result["rows"]
-    for m in (*METHODS, "mincut"):
+    for m in (*METHODS, "mincut", "mincut-free"):
         pts = [(r["budget"], r["ratio"]) for r in rows if r["method"] == m and r.get("feasible")]
         if pts:
             ax.plot(*zip(*pts, strict=True), marker="o", label=m)
@@ -322,10 +446,15 @@ def plot(result, out: Path):
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true")
-    ap.add_argument("--models", default="mobilenetv2:32,bert-small:8")
-    ap.add_argument("--budgets", default="0.9,0.8,0.7,0.6,0.5,0.4,0.3,0.25,0.2")
-    ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--no-mincut", action="store_true")
+    ap.add_argument("--models", default=None, help="default mobilenetv2:32,bert-small:8")
+    ap.add_argument("--budgets", default=None, help="default 0.9,0.8,0.7,0.6,0.5,0.4,0.3,0.25,0.2")
+    ap.add_argument("--repeats", type=int, default=None, help="timed steps per entry (default 3)")
+    ap.add_argument("--no-mincut", action="store_true", help="skip mincut and mincut-free")
+    ap.add_argument(
+        "--methods",
+        default=",".join(METHODS),
+        help="planners to run, comma-separated (none always runs); default: all",
+    )
     ap.add_argument(
         "--rounds",
         type=int,
@@ -363,8 +492,20 @@ def main(argv=None) -> int:
         res = accuracy_check(mname, dname, 0.5, epochs, batch, 0.01, 0, print, **opts)
         print(json.dumps(res, indent=1))
         return 0
-    if args.quick:
-        args.models, args.budgets, args.repeats = "ds-cnn:4", "0.9,0.7", 1
+    # --quick fills in only what was not given, so a test can pick its own budgets
+    quick = {"models": "ds-cnn:4", "budgets": "0.9,0.7", "repeats": 1}
+    full = {"models": "mobilenetv2:32,bert-small:8",
+            "budgets": "0.9,0.8,0.7,0.6,0.5,0.4,0.3,0.25,0.2", "repeats": 3}  # fmt: skip
+    for k, v in (quick if args.quick else full).items():
+        if getattr(args, k) is None:
+            setattr(args, k, v)
+    methods = tuple(m.strip() for m in args.methods.split(",") if m.strip())
+    unknown = [m for m in methods if m not in METHODS]
+    if unknown or not methods:
+        raise ConfigError(
+            f"--methods {args.methods!r}: unknown planner(s) {unknown}; "
+            f"expected a comma-separated subset of {', '.join(METHODS)}"
+        )
     out = Path(args.out or tempfile.mkdtemp(prefix="edgetrain-bench-"))
     out.mkdir(parents=True, exist_ok=True)
     log = (lambda s: print(s, file=sys.stderr)) if args.json else print
@@ -375,7 +516,8 @@ def main(argv=None) -> int:
         rounds_at = [float(b) for b in args.rounds_at.split(",")] if args.rounds_at else None
         res = bench_model(
             name, int(batch), budgets, args.repeats, not args.no_mincut, log,
-            rounds=max(args.rounds, 1), rounds_at=rounds_at,
+            rounds=max(args.rounds, 1), rounds_at=rounds_at, methods=methods,
+            rows_path=out / f"rows_{name}.jsonl",
         )  # fmt: skip
         res["png"] = str(plot(res, out))
         log(f"  plot: {res['png']}")

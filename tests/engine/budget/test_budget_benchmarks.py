@@ -6,6 +6,10 @@ import importlib.util
 import json
 from pathlib import Path
 
+import pytest
+
+from edgetrain.errors import ConfigError
+
 ROOT = Path(__file__).resolve().parents[3]
 
 
@@ -30,17 +34,56 @@ def test_codec_benchmark_quick(capsys):
 
 def test_budget_overhead_benchmark_quick(capsys, tmp_path):
     mod = _load("budget_overhead")
-    argv = ["--quick", "--no-mincut", "--json", "--out", str(tmp_path), "--rounds", "2"]
-    assert mod.main([*argv, "--rounds-at", "0.7"]) == 0
+    argv = ["--quick", "--json", "--out", str(tmp_path), "--methods", "recompute,hybrid"]
+    assert mod.main([*argv, "--budgets", "0.4", "--rounds", "2"]) == 0
     res = json.loads(capsys.readouterr().out)
     (model,) = res
     assert Path(model["png"]).stat().st_size > 0
-    feasible = [r for r in model["rows"] if r.get("feasible") and r["method"] != "ckpt-all"]
-    assert feasible
-    for r in feasible:
-        assert r["within_budget"]
-        if r["method"] in ("recompute", "swap"):
-            assert r["grad_err"] == 0.0
-        # --rounds 2 applies to the 0.7 row only; its ratio is the median over rounds
-        assert len(r["round_ratios"]) == (2 if r["budget"] == 0.7 else 1)
+    rows = {(r["budget"], r["method"]): r for r in model["rows"]}
+    # --methods restricts the planners; the compiled pair always comes along
+    methods = {"recompute", "hybrid", "mincut", "mincut-free"}
+    assert {m for b, m in rows if b is not None} == methods
+    assert set(model["min_feasible_frac"]) == {"recompute", "hybrid"}
+    for (budget, method), r in rows.items():
+        if budget is None or not r.get("feasible"):
+            continue
+        # every entry, compiled ones included, ran in the same interleaved rounds;
+        # the ratio is the median over rounds
+        assert len(r["round_ratios"]) == 2, (budget, method)
         assert min(r["round_ratios"]) <= r["ratio"] <= max(r["round_ratios"])
+        if method in ("recompute", "hybrid"):
+            assert r["within_budget"]
+        if method == "recompute":
+            assert r["grad_err"] == 0.0
+    for budget in (0.4,):
+        mc, free = rows[(budget, "mincut")], rows[(budget, "mincut-free")]
+        assert mc["feasible"] and free["feasible"], (mc, free)
+        assert (mc["activation_memory_budget"], free["activation_memory_budget"]) == (budget, 1.0)
+        # compiled once, in the warm-up step: no compile time inside the timed steps
+        assert mc["recompiles"] == free["recompiles"] == 0
+        assert mc["compiles"] >= 1 and free["compiles"] >= 1
+        # same graph, so the same gradients up to float reassociation
+        assert mc["grad_err"] < 1e-4 and free["grad_err"] < 1e-4
+        assert len(mc["round_vs_free"]) == len(mc["round_ratios"])
+        assert min(mc["round_vs_free"]) <= mc["vs_free"] <= max(mc["round_vs_free"])
+    # a budget below 1.0 never makes the min-cut partitioner save more than at 1.0
+    assert rows[(0.4, "mincut-free")]["measured_peak"] >= rows[(0.4, "mincut")]["measured_peak"]
+
+
+def test_budget_overhead_rounds_at(capsys, tmp_path):
+    """``--rounds`` applies to every budget unless ``--rounds-at`` names some."""
+    mod = _load("budget_overhead")
+    argv = ["--quick", "--json", "--out", str(tmp_path), "--no-mincut", "--methods", "recompute"]
+    for extra, want in (([], [2, 2]), (["--rounds-at", "0.7"], [1, 2])):
+        assert mod.main([*argv, "--rounds", "2", *extra]) == 0
+        (model,) = json.loads(capsys.readouterr().out)
+        rows = [r for r in model["rows"] if r["method"] == "recompute"]
+        assert [r["budget"] for r in rows] == [0.9, 0.7]
+        assert [len(r["round_ratios"]) for r in rows] == want, extra
+        assert {r["method"] for r in model["rows"]} == {"recompute", "ckpt-all"}
+
+
+def test_budget_overhead_rejects_unknown_method(tmp_path):
+    mod = _load("budget_overhead")
+    with pytest.raises(ConfigError, match="expected a comma-separated subset of recompute"):
+        mod.main(["--quick", "--out", str(tmp_path), "--methods", "hybrid,mincutt"])
