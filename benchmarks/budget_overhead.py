@@ -48,6 +48,8 @@ reports the median over rounds of the per-round ratio (each round: median of
 ratios are kept in the JSON (``round_ratios``).  Without ``--rounds-at`` every
 budget gets ``--rounds`` rounds.  ``--methods`` restricts the planners that run
 (``none`` always runs; ``--no-mincut`` drops both compiled variants).
+``--autotune`` adds ``hybrid-tuned``: hybrid's candidate plans timed before each
+budget's measurement, the fastest measured with the others (``tune_s``: tuning time).
 """
 
 from __future__ import annotations
@@ -71,9 +73,11 @@ from edgetrain.engine.budget import (
     PlanExecutor,
     minimum_budget,
     plan,
+    plan_candidates,
     profile_model,
 )
 from edgetrain.engine.budget.accountant import model_state_tensors
+from edgetrain.engine.budget.autotune import autotune
 from edgetrain.engine.budget.runner import codecs_for, max_grad_diff, measure_steps, none_plan
 from edgetrain.errors import BudgetError, ConfigError
 
@@ -233,9 +237,14 @@ def _round_ratios(model, entries, inputs, loss_fn, repeats, rounds):
 
 
 def bench_model(name, batch, budgets, repeats, mincut, log, rounds=1, rounds_at=None,
-                methods=METHODS, rows_path=None):  # fmt: skip
+                methods=METHODS, rows_path=None, tune=False):  # fmt: skip
     """Measure every budget; ``rows_path`` (JSON lines) gets each budget's rows as soon as
-    they are measured, so a run that dies later (e.g. out of memory) keeps them."""
+    they are measured, so a run that dies later (e.g. out of memory) keeps them.
+
+    ``tune`` adds ``hybrid-tuned``: hybrid's candidate plans (:func:`plan_candidates`)
+    timed by :func:`autotune` before the measurement, the fastest then measured
+    interleaved with the others; the tuning steps are not among the timed steps, their
+    wall time is the row's ``tune_s``."""
     model, inputs, loss_fn = zoo_task(name, batch, seed=0)
     t0 = time.perf_counter()
     codecs = {**codecs_for("hybrid"), **codecs_for("compress")}
@@ -244,6 +253,9 @@ def bench_model(name, batch, budgets, repeats, mincut, log, rounds=1, rounds_at=
     base = none_plan(prof)
     unplanned = measure_steps(model, {"none": base}, inputs, loss_fn, repeats=0)["none"]["peak"]
     mins = {m: minimum_budget(prof, m) for m in methods}
+    if tune:
+        mins["hybrid-tuned"] = minimum_budget(prof, "hybrid")
+    names = (*methods, "hybrid-tuned") if tune else methods
     rows = []
     for frac in budgets:
         t_budget = time.perf_counter()
@@ -252,6 +264,17 @@ def bench_model(name, batch, budgets, repeats, mincut, log, rounds=1, rounds_at=
         for m in methods:
             with contextlib.suppress(BudgetError):
                 entries[m] = plan(prof, budget, m)
+        tuned = None
+        if tune:
+            with contextlib.suppress(BudgetError):
+                cands = plan_candidates(prof, budget, "hybrid")
+                entries["hybrid-tuned"], tuned = autotune(
+                    model, inputs, loss_fn, cands, repeats=repeats
+                )
+                tuned["candidates"] = [
+                    {"predicted_overhead_s": c.predicted_overhead_s,
+                     "decisions": c.decision_counts()} for c in cands
+                ]  # fmt: skip
         compiled_error = None
         if mincut:
             torch._dynamo.reset()  # drop the previous budget's graphs (cache size limit)
@@ -270,7 +293,7 @@ def bench_model(name, batch, budgets, repeats, mincut, log, rounds=1, rounds_at=
             res, ratios, peaks, recompiles = _round_ratios(
                 model, entries, inputs, loss_fn, repeats, n_rounds
             )
-        for m in (*methods, "mincut", "mincut-free") if mincut else methods:
+        for m in (*names, "mincut", "mincut-free") if mincut else names:
             row = {"model": name, "batch": batch, "budget": frac, "budget_bytes": budget,
                    "method": m}  # fmt: skip
             if m in ("mincut", "mincut-free") and compiled_error:
@@ -311,6 +334,14 @@ def bench_model(name, batch, budgets, repeats, mincut, log, rounds=1, rounds_at=
                         # what was evicted and how (to tell identical plans from equal counts)
                         plan=[[u.name, u.decision] for u in p.units if u.decision != "keep"],
                     )
+                    if m == "hybrid-tuned":
+                        row.update(
+                            tune_s=tuned["tune_s"],
+                            tune_medians=tuned["medians"],
+                            tune_peaks=tuned["peaks"],
+                            tune_chosen=tuned["chosen"],
+                            tune_candidates=tuned["candidates"],
+                        )
             rows.append(row)
             log(f"  {frac:4.2f} {m:11s} " + _brief(row))
         log(f"  {frac:4.2f} ({n_rounds} round(s), {time.perf_counter() - t_budget:.0f}s)")
@@ -424,7 +455,7 @@ def plot(result, out: Path):
 
     fig, ax = plt.subplots(figsize=(6, 4))
     rows = result["rows"]
-    for m in (*METHODS, "mincut", "mincut-free"):
+    for m in (*METHODS, "hybrid-tuned", "mincut", "mincut-free"):
         pts = [(r["budget"], r["ratio"]) for r in rows if r["method"] == m and r.get("feasible")]
         if pts:
             ax.plot(*zip(*pts, strict=True), marker="o", label=m)
@@ -466,6 +497,12 @@ def main(argv=None) -> int:
         "--rounds-at",
         default=None,
         help="budgets (comma-separated) that get --rounds; default: every budget",
+    )
+    ap.add_argument(
+        "--autotune",
+        action="store_true",
+        help="add hybrid-tuned: hybrid's candidate plans timed, the fastest measured "
+        "(tuning steps not counted; tuning wall time reported as tune_s)",
     )
     ap.add_argument("--out", default=None, help="folder for PNGs (default: a temp folder)")
     ap.add_argument("--json", action="store_true")
@@ -517,7 +554,7 @@ def main(argv=None) -> int:
         res = bench_model(
             name, int(batch), budgets, args.repeats, not args.no_mincut, log,
             rounds=max(args.rounds, 1), rounds_at=rounds_at, methods=methods,
-            rows_path=out / f"rows_{name}.jsonl",
+            rows_path=out / f"rows_{name}.jsonl", tune=args.autotune,
         )  # fmt: skip
         res["png"] = str(plot(res, out))
         log(f"  plot: {res['png']}")

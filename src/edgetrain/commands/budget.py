@@ -54,9 +54,14 @@ def register(app: typer.Typer) -> None:
             None, "--plan-out", help="Write the ExecutionPlan JSON here."
         ),
         json_out: bool = typer.Option(False, "--json", help="Print one JSON object."),
+        autotune: bool = typer.Option(
+            False,
+            "--autotune",
+            help="Time every feasible candidate plan and keep the fastest (not the predicted).",
+        ),
     ) -> None:
         """Train one step of a zoo model under a memory budget; measured peak, time and error."""
-        from edgetrain.engine.budget import run_budget
+        from edgetrain.engine.budget import run_budget, run_budget_tuned
         from edgetrain.engine.budget.planner import METHODS
         from edgetrain.errors import ConfigError
 
@@ -67,7 +72,10 @@ def register(app: typer.Typer) -> None:
         net, inputs, loss_fn = zoo_task(model, batch, seed)
         if not json_out:
             err_console.print(f"profiling {model} (batch {batch}) and running {method} ...")
-        rep = run_budget(net, inputs, loss_fn, budget, method, repeats=repeats, seed=seed)
+        if autotune:
+            rep = run_budget_tuned(net, inputs, loss_fn, budget, method, repeats=repeats, seed=seed)
+        else:
+            rep = run_budget(net, inputs, loss_fn, budget, method, repeats=repeats, seed=seed)
         if plan_out is not None:
             rep.plan.save(plan_out)
         row = {
@@ -88,11 +96,20 @@ def register(app: typer.Typer) -> None:
             "peak_rss_bytes": rep.peak_rss_bytes,
             "units": len(rep.plan.units),
         }
+        if autotune:
+            row["autotune"] = rep.extra["autotune"]
         if json_out:
             print_json(row)
             return
         shown = dict(row)
         shown["decisions"] = ", ".join(f"{k}={v}" for k, v in rep.decisions.items())
+        if autotune:
+            info = rep.extra["autotune"]
+            shown["autotune"] = (
+                f"candidate {info['chosen']} of {len(info['medians'])}, medians "
+                + ", ".join("-" if m is None else f"{m:.4f}s" for m in info["medians"])
+                + f", tuning {info['tune_s']:.2f}s"
+            )
         print_table(
             f"{model} under a {rep.budget_bytes:,}-byte budget ({method})",
             [{"field": k, "value": v} for k, v in shown.items()],

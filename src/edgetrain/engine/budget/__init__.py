@@ -8,9 +8,16 @@ for the budget itself.
 """
 
 from edgetrain.engine.budget.accountant import MemoryAccountant, peak_rss_bytes
+from edgetrain.engine.budget.autotune import autotune, run_budget_tuned
 from edgetrain.engine.budget.executor import PlanExecutor
 from edgetrain.engine.budget.plan import PLAN_VERSION, ExecutionPlan, UnitDecision
-from edgetrain.engine.budget.planner import METHODS, minimum_budget, plan, simulate
+from edgetrain.engine.budget.planner import (
+    METHODS,
+    minimum_budget,
+    plan,
+    plan_candidates,
+    simulate,
+)
 from edgetrain.engine.budget.predictor import BudgetPredictor, MemorySample, sample_linux
 from edgetrain.engine.budget.profile import (
     LeafRecomputeProfile,
@@ -39,12 +46,15 @@ __all__ = [
     "RegenProfile",
     "UnitDecision",
     "UnitProfile",
+    "autotune",
     "minimum_budget",
     "parse_budget",
     "peak_rss_bytes",
     "plan",
+    "plan_candidates",
     "profile_model",
     "run_budget",
+    "run_budget_tuned",
     "sample_linux",
     "simulate",
 ]

@@ -429,7 +429,47 @@ def plan(
     *,
     io: IoContentionModel | None = None,
 ) -> ExecutionPlan:
-    """Plan under ``budget_bytes`` (saved-tensor bytes); BudgetError if no plan fits."""
+    """Plan under ``budget_bytes`` (saved-tensor bytes); BudgetError if no plan fits.
+
+    The feasible walk with the lowest predicted overhead wins (see :func:`plan_candidates`
+    for all of them, and :mod:`edgetrain.engine.budget.autotune` to pick by measurement).
+    """
+    found = _candidates(profile, budget_bytes, method, io)
+    return min(found, key=lambda f: f[0])[1]
+
+
+def plan_candidates(
+    profile: ModelProfile,
+    budget_bytes: int,
+    method: str = "hybrid",
+    *,
+    io: IoContentionModel | None = None,
+) -> list[ExecutionPlan]:
+    """Every feasible greedy walk's plan under ``budget_bytes``, one per distinct set of
+    decisions, lowest predicted overhead first (so ``[0]`` is what :func:`plan` returns).
+
+    Predicted overheads of regenerations are off by about 2x on a real CPU (page-fault
+    effects a per-candidate cost cannot see), so measuring these few plans and keeping
+    the fastest (autotune) can beat the prediction's pick.  BudgetError if none fits.
+    """
+    found = sorted(_candidates(profile, budget_bytes, method, io), key=lambda f: f[0])
+    out: list[ExecutionPlan] = []
+    seen: set[tuple] = set()
+    for _, p in found:
+        key = tuple((u.name, u.decision, u.codec, tuple(u.chain or ())) for u in p.units)
+        if key not in seen:
+            seen.add(key)
+            out.append(p)
+    return out
+
+
+def _candidates(
+    profile: ModelProfile,
+    budget_bytes: int,
+    method: str,
+    io: IoContentionModel | None,
+) -> list[tuple[float, ExecutionPlan]]:
+    """(predicted overhead, plan) of every walk that fits; BudgetError if none does."""
     io = io or IoContentionModel()
     # Algorithm 1 is greedy and its path depends on the candidates: with regen
     # candidates (fine units) and without them (units only), keep the feasible plan
@@ -470,7 +510,22 @@ def plan(
             f"reach; the minimum feasible budget is {min(mins):,} bytes "
             f"(unplanned saved-activation peak {r.unplanned:,} bytes)"
         )
-    _, peak, states, mps_at, r = min(found, key=lambda f: f[0])
+    return [
+        (over, _build(profile, budget_bytes, method, peak, states, mps_at, r))
+        for over, peak, states, mps_at, r in found
+    ]
+
+
+def _build(
+    profile: ModelProfile,
+    budget_bytes: int,
+    method: str,
+    peak: int,
+    states: dict[str, State],
+    mps_at: dict[str, float],
+    r: _Result,
+) -> ExecutionPlan:
+    """The ExecutionPlan of one walk's chosen states."""
     ctx = r.ctx
     units = []
     for u in profile.units:

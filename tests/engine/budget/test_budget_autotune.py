@@ -1,0 +1,171 @@
+"""Autotune: candidate plans from the planner, the fastest picked by measurement."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from torch import nn
+
+from edgetrain.cli import main
+from edgetrain.compress import make_codec
+from edgetrain.engine.budget import (
+    ExecutionPlan,
+    UnitDecision,
+    autotune,
+    minimum_budget,
+    plan,
+    plan_candidates,
+    profile_model,
+    simulate,
+)
+from edgetrain.errors import BudgetError, ConfigError
+
+
+class _Slow(nn.Module):
+    """A block whose forward does costly work outside autograd: recomputing it in
+    backward repeats that work while its backward stays cheap, so a plan that
+    recomputes it is reliably slower than one that keeps it."""
+
+    def __init__(self, d: int) -> None:
+        super().__init__()
+        self.lin = nn.Linear(d, d)
+        self.register_buffer("w", torch.randn(192, 192, generator=torch.Generator().manual_seed(3)))
+
+    def forward(self, x):
+        with torch.no_grad():
+            z = self.w
+            for _ in range(12):
+                z = torch.tanh(z @ self.w)
+        return torch.relu(self.lin(x)) + 0.0 * z.mean()
+
+
+class _Net(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.a = _Slow(32)
+        self.b = _Slow(32)
+        self.c = _Slow(32)
+        self.head = nn.Linear(32, 4)
+
+    def forward(self, x):
+        return self.head(self.c(self.b(self.a(x))))
+
+
+@pytest.fixture(scope="module")
+def setup():
+    torch.set_num_threads(1)
+    torch.manual_seed(0)
+    model = _Net()
+    gen = torch.Generator().manual_seed(1)
+    x = torch.randn(16, 32, generator=gen)
+    y = torch.randint(0, 4, (16,), generator=gen)
+
+    def loss_fn(out):
+        return nn.functional.cross_entropy(out, y)
+
+    codecs = {n: make_codec(n) for n in ("mix", "int8", "int4")}
+    prof = profile_model(model, (x,), loss_fn, codecs=codecs, repeats=1)
+    return model, x, loss_fn, prof
+
+
+def _key(p: ExecutionPlan) -> list[tuple]:
+    return [(u.name, u.decision, u.codec, u.chain) for u in p.units]
+
+
+def _budgets(prof, method: str) -> list[int]:
+    unplanned = int(simulate(prof, {}).max())
+    lo = minimum_budget(prof, method)
+    return sorted({max(lo, int(f * unplanned)) for f in (0.9, 0.7, 0.5, 0.3)} | {lo})
+
+
+@pytest.mark.parametrize("method", ["hybrid", "recompute", "compress"])
+def test_plan_is_lowest_predicted_candidate(setup, method):
+    _, _, _, prof = setup
+    for budget in _budgets(prof, method):
+        cands = plan_candidates(prof, budget, method)
+        p = plan(prof, budget, method)
+        assert cands, budget
+        # plan() is unchanged: the lowest predicted overhead, and the first candidate
+        assert _key(p) == _key(cands[0])
+        assert p.predicted_overhead_s == min(c.predicted_overhead_s for c in cands)
+        keys = [tuple(_key(c)) for c in cands]
+        assert len(set(keys)) == len(keys)  # deduplicated by decisions
+        for c in cands:
+            assert c.predicted_peak_bytes <= budget
+            assert c.method == method and c.budget_bytes == budget
+
+
+def test_plan_candidates_infeasible_budget_raises(setup):
+    _, _, _, prof = setup
+    with pytest.raises(BudgetError, match="minimum feasible budget"):
+        plan_candidates(prof, 1, "recompute")
+
+
+def test_autotune_returns_a_candidate_within_budget(setup):
+    model, x, loss_fn, prof = setup
+    budget = max(int(0.6 * simulate(prof, {}).max()), minimum_budget(prof, "hybrid"))
+    cands = plan_candidates(prof, budget, "hybrid")
+    before = [q.detach().clone() for q in model.parameters()]
+    best, info = autotune(model, (x,), loss_fn, cands, repeats=1)
+    assert any(best is c for c in cands)
+    assert info["chosen"] == next(i for i, c in enumerate(cands) if c is best)
+    if len(cands) > 1:
+        assert len(info["medians"]) == len(cands)
+        assert info["medians"][info["chosen"]] == min(info["medians"])
+        assert max(info["peaks"]) <= budget
+        assert info["tune_s"] > 0
+    # weights restored after the tuning steps
+    assert all(torch.equal(a, b) for a, b in zip(before, model.parameters(), strict=True))
+
+
+def test_autotune_picks_the_fast_plan(setup):
+    model, x, loss_fn, prof = setup
+    peak = int(simulate(prof, {}).max())
+    keep = ExecutionPlan("none", peak, peak, peak, 0.0, [])
+    slow = ExecutionPlan(
+        "recompute",
+        peak,
+        peak,
+        peak,
+        0.0,
+        [UnitDecision(u.name, "recompute", saved_bytes=u.saved_bytes) for u in prof.units],
+    )
+    assert {u.name for u in prof.units} >= {"a", "b", "c"}
+    for order in ([slow, keep], [keep, slow]):
+        best, info = autotune(model, (x,), loss_fn, order, repeats=3)
+        assert best is keep, info["medians"]
+        fast, other = info["medians"][order.index(keep)], info["medians"][order.index(slow)]
+        assert fast < other
+
+
+def test_autotune_user_errors(setup):
+    model, x, loss_fn, _ = setup
+    with pytest.raises(ConfigError, match="at least one candidate"):
+        autotune(model, (x,), loss_fn, [])
+    peak = 10
+    with pytest.raises(ConfigError, match="repeats"):
+        autotune(model, (x,), loss_fn, [ExecutionPlan("none", peak, peak, peak, 0.0, [])] * 2,
+                 repeats=0)  # fmt: skip
+
+
+def test_cli_autotune_json(capsys):
+    try:
+        main(["budget", "--model", "ds-cnn", "--batch", "4", "--budget", "0.6", "--method",
+              "hybrid", "--repeats", "1", "--autotune", "--json"])  # fmt: skip
+        code = 0
+    except SystemExit as exc:
+        code = int(exc.code or 0)
+    out = capsys.readouterr().out
+    assert code == 0
+    row = json.loads(out)
+    assert row["measured_peak_bytes"] <= row["budget_bytes"]
+    assert row["predicted_peak_bytes"] <= row["budget_bytes"]
+    tune = row["autotune"]
+    n = len(tune["candidates"])
+    assert n >= 1 and len(tune["medians"]) == n and 0 <= tune["chosen"] < n
+    assert tune["candidates"][tune["chosen"]]["decisions"] == row["decisions"]
+    assert tune["candidates"][tune["chosen"]]["predicted_overhead_s"] == pytest.approx(
+        row["predicted_overhead_s"]
+    )
