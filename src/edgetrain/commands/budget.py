@@ -61,7 +61,7 @@ def register(app: typer.Typer) -> None:
         ),
     ) -> None:
         """Train one step of a zoo model under a memory budget; measured peak, time and error."""
-        from edgetrain.engine.budget import run_budget, run_budget_tuned
+        from edgetrain.engine.budget import run_budget
         from edgetrain.engine.budget.planner import METHODS
         from edgetrain.errors import ConfigError
 
@@ -72,10 +72,9 @@ def register(app: typer.Typer) -> None:
         net, inputs, loss_fn = zoo_task(model, batch, seed)
         if not json_out:
             err_console.print(f"profiling {model} (batch {batch}) and running {method} ...")
-        if autotune:
-            rep = run_budget_tuned(net, inputs, loss_fn, budget, method, repeats=repeats, seed=seed)
-        else:
-            rep = run_budget(net, inputs, loss_fn, budget, method, repeats=repeats, seed=seed)
+        rep = run_budget(
+            net, inputs, loss_fn, budget, method, repeats=repeats, seed=seed, autotune=autotune
+        )
         if plan_out is not None:
             rep.plan.save(plan_out)
         row = {

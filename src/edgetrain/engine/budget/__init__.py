@@ -8,7 +8,7 @@ for the budget itself.
 """
 
 from edgetrain.engine.budget.accountant import MemoryAccountant, peak_rss_bytes
-from edgetrain.engine.budget.autotune import autotune, run_budget_tuned
+from edgetrain.engine.budget.autotune import autotune
 from edgetrain.engine.budget.executor import PlanExecutor
 from edgetrain.engine.budget.plan import PLAN_VERSION, ExecutionPlan, UnitDecision
 from edgetrain.engine.budget.planner import (
@@ -54,7 +54,6 @@ __all__ = [
     "plan_candidates",
     "profile_model",
     "run_budget",
-    "run_budget_tuned",
     "sample_linux",
     "simulate",
 ]

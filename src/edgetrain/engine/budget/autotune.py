@@ -21,17 +21,9 @@ from typing import Any
 import torch
 from torch import nn
 
-from edgetrain.engine.budget.accountant import peak_rss_bytes
 from edgetrain.engine.budget.plan import ExecutionPlan
-from edgetrain.engine.budget.planner import METHODS, plan_candidates
-from edgetrain.engine.budget.profile import ModelProfile, profile_model
 from edgetrain.engine.budget.runner import (
-    BudgetReport,
-    codecs_for,
-    max_grad_diff,
     measure_steps,
-    none_plan,
-    parse_budget,
 )
 from edgetrain.errors import ConfigError
 
@@ -78,55 +70,3 @@ def autotune(
         "tune_s": time.perf_counter() - t0,
         "repeats": repeats,
     }
-
-
-def run_budget_tuned(
-    model: nn.Module,
-    inputs: Sequence[Any],
-    loss_fn: Callable[[Any], torch.Tensor],
-    budget: str | float,
-    method: str = "hybrid",
-    *,
-    repeats: int = 3,
-    tune_repeats: int = 3,
-    seed: int = 0,
-    profile: ModelProfile | None = None,
-) -> BudgetReport:
-    """:func:`run_budget` with the plan picked by :func:`autotune` among
-    :func:`plan_candidates`; the tuning steps are not among the timed steps
-    (``extra["autotune"]`` has the tuning medians and ``tune_s``)."""
-    if method not in METHODS:
-        raise ConfigError(f"unknown budget method {method!r}; expected one of {', '.join(METHODS)}")
-    torch.manual_seed(seed)
-    if profile is None:
-        profile = profile_model(model, inputs, loss_fn, codecs=codecs_for(method))
-    base = none_plan(profile)
-    first = measure_steps(model, {"none": base}, inputs, loss_fn, repeats=0, seed=seed)
-    unplanned = first["none"]["peak"]
-    budget_bytes = parse_budget(budget, unplanned)
-    cands = plan_candidates(profile, budget_bytes, method)
-    p, info = autotune(model, inputs, loss_fn, cands, repeats=tune_repeats, seed=seed)
-    info["candidates"] = [
-        {"predicted_overhead_s": c.predicted_overhead_s, "decisions": c.decision_counts()}
-        for c in cands
-    ]
-    res = measure_steps(model, {"none": base, method: p}, inputs, loss_fn, repeats, seed)
-    none_s = statistics.median(res["none"]["times"])
-    plan_s = statistics.median(res[method]["times"])
-    return BudgetReport(
-        method=method,
-        budget_bytes=budget_bytes,
-        unplanned_peak_bytes=unplanned,
-        measured_peak_bytes=res[method]["peak"],
-        predicted_peak_bytes=p.predicted_peak_bytes,
-        step_time_ratio=plan_s / none_s,
-        decisions=p.decision_counts(),
-        max_abs_grad_error=max_grad_diff(res[method]["grads"], res["none"]["grads"]),
-        loss_abs_error=abs(res[method]["loss"] - res["none"]["loss"]),
-        step_s=plan_s,
-        none_step_s=none_s,
-        predicted_overhead_s=p.predicted_overhead_s,
-        peak_rss_bytes=peak_rss_bytes(),
-        plan=p,
-        extra={"autotune": info},
-    )

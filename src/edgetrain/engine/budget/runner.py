@@ -153,8 +153,15 @@ def run_budget(
     repeats: int = 3,
     seed: int = 0,
     profile: ModelProfile | None = None,
+    autotune: bool = False,
+    tune_repeats: int = 3,
 ) -> BudgetReport:
-    """Profile (unless given), plan and measure ``method`` under ``budget``."""
+    """Profile (unless given), plan and measure ``method`` under ``budget``.
+
+    ``autotune``: pick the plan by measuring every feasible candidate
+    (:func:`~edgetrain.engine.budget.autotune.autotune`, ``tune_repeats`` rounds) instead
+    of by predicted overhead; the tuning steps are not among the timed steps and
+    ``extra["autotune"]`` holds what the tuning measured."""
     if method not in METHODS:
         raise ConfigError(f"unknown budget method {method!r}; expected one of {', '.join(METHODS)}")
     torch.manual_seed(seed)
@@ -164,7 +171,20 @@ def run_budget(
     first = measure_steps(model, {"none": base}, inputs, loss_fn, repeats=0, seed=seed)
     unplanned = first["none"]["peak"]
     budget_bytes = parse_budget(budget, unplanned)
-    p = plan(profile, budget_bytes, method)
+    extra: dict[str, Any] = {}
+    if autotune:
+        from edgetrain.engine.budget.autotune import autotune as tune
+        from edgetrain.engine.budget.planner import plan_candidates
+
+        cands = plan_candidates(profile, budget_bytes, method)
+        p, info = tune(model, inputs, loss_fn, cands, repeats=tune_repeats, seed=seed)
+        info["candidates"] = [
+            {"predicted_overhead_s": c.predicted_overhead_s, "decisions": c.decision_counts()}
+            for c in cands
+        ]
+        extra["autotune"] = info
+    else:
+        p = plan(profile, budget_bytes, method)
     res = measure_steps(model, {"none": base, method: p}, inputs, loss_fn, repeats, seed)
     none_s = statistics.median(res["none"]["times"]) if repeats else float("nan")
     plan_s = statistics.median(res[method]["times"]) if repeats else float("nan")
@@ -183,4 +203,5 @@ def run_budget(
         predicted_overhead_s=p.predicted_overhead_s,
         peak_rss_bytes=peak_rss_bytes(),
         plan=p,
+        extra=extra,
     )
