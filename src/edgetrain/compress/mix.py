@@ -68,7 +68,7 @@ from edgetrain.compress.blocks import (
     to_blocks,
     undelta_index,
 )
-from edgetrain.compress.container import pack_frame, unpack_frame
+from edgetrain.compress.container import pack_frame, read_section, unpack_frame
 from edgetrain.compress.lorenzo import (
     decode_codes,
     encode_codes,
@@ -84,10 +84,10 @@ def _pcq(shape: list[int], cd: int | None) -> tuple[int, int, int, int]:
     """(P, C, Q, w): the input as [P, C, Q] around the channel dim, and the width ``w``
     of a channel's 2-D map ([R, w], R = P*Q/w: the last non-channel dim) for blocks."""
     if not shape or cd is None:
-        n = int(np.prod(shape, dtype=np.int64))
+        n = math.prod(shape)
         return 1, 1, n, max(n, 1)
-    p_ = int(np.prod(shape[:cd], dtype=np.int64))
-    q_ = int(np.prod(shape[cd + 1 :], dtype=np.int64))
+    p_ = math.prod(shape[:cd])  # math.prod: np.prod's overhead showed in the profile
+    q_ = math.prod(shape[cd + 1 :])
     rest = [d for i, d in enumerate(shape) if i != cd]
     return p_, shape[cd], q_, (rest[-1] if rest else 1)
 
@@ -112,14 +112,24 @@ def _normal_recon(
 
 def _decode_grid(meta: dict[str, Any], arr: dict[str, Any]) -> torch.Tensor:
     """Inverse of ``ChannelMixCodec._encode_grid``: fl32(codes * step), rich channels patched."""
-    out = torch.empty(meta["shape"], dtype=torch.float32)
-    step = meta["step"]
-    codes = grid.from_planes(arr["codes"])
+    step, shape = meta["step"], meta["shape"]
+    sec = arr["codes"]  # lazy: decoded straight into the qint8 buffer when it is used
     rows = meta.get("template_rows", 0)
-    if rows:
-        tmpl = grid.as_tensor(arr["template"])
-        codes = (grid.as_tensor(codes).view(rows, -1) + tmpl).numpy()  # wraps around
-    grid.dequantize(codes, step, out)
+    tmpl = grid.as_tensor(arr["template"]) if rows else None
+    if sec.dtype == np.int8 and grid.qint8_kernels():
+        qt, codes = grid.q8_buffer(sec.count, step)
+        read_section(sec, codes.numpy())
+        if tmpl is not None:
+            codes.view(rows, -1).add_(tmpl)  # wraps around to the exact code
+        out = grid.dequantize_q8(qt, shape)
+    else:
+        flat = read_section(sec)
+        if "codes_hi" in arr:  # int16 codes as two planes (frames before: one [2, n] section)
+            flat = np.stack([flat, arr["codes_hi"]])
+        flat = grid.from_planes(flat)
+        if tmpl is not None:
+            flat = (grid.as_tensor(flat).view(rows, -1) + tmpl).numpy()  # wraps around
+        out = grid.dequantize(flat, step, shape)
     if arr["rich_idx"].size:
         grid.decode_rich(arr, meta, out.numpy().reshape(meta["pcq"]), step)
     return out
@@ -153,7 +163,10 @@ class ChannelMixCodec:
     ``exact_outliers`` stores the rich channels' 3-sigma outliers as exact float32
     (the paper's "outliers preserved intact" read literally; by default they stay on
     the error-bound grid, and only Lorenzo residuals beyond a byte are stored
-    exactly, as in SZ); ``template`` allows the batch-template predictor.
+    exactly, as in SZ); ``template`` allows the batch-template predictor;
+    ``huffman_only`` entropy-codes the code stream with zstd's Huffman literals and
+    no match search (:mod:`edgetrain.compress.entropy`; False: zstd's fast strategy
+    with matches, the entropy stage before).
     """
 
     rel_error_bound: float = 0.01
@@ -166,6 +179,7 @@ class ChannelMixCodec:
     level: int = 1
     exact_outliers: bool = False
     template: bool = True
+    huffman_only: bool = True
     channel_dim: int | None = -100  # -100: choose by rank (see default_channel_dim)
     name: str = "mix"
 
@@ -332,7 +346,7 @@ class ChannelMixCodec:
         return pack_frame(meta, arrays, entropy=True, level=self.level)
 
     def decode(self, data: bytes) -> torch.Tensor:
-        meta, arr = unpack_frame(data)
+        meta, arr = unpack_frame(data, lazy=("codes",))
         shape = meta["shape"]
         if meta.get("mode") == "grid":
             return _decode_grid(meta, arr)
@@ -414,14 +428,17 @@ class ChannelMixCodec:
         if rich_idx.size:  # stored by the block path instead
             codes.view(pcq).index_fill_(1, torch.from_numpy(rich_idx.astype(np.int64)), 0)
         rows = shape[0] if len(shape) >= 2 else 1
-        tmpl = grid.batch_template(codes, rows) if self.template else None
+        tmpl = grid.batch_template(codes, rows, self.huffman_only) if self.template else None
         if tmpl is not None:
             codes.view(rows, -1).sub_(tmpl)  # wraps around; decode adds it back
+        low, high = grid.split_planes(codes.numpy())
         arrays: dict[str, Any] = {
-            "codes": grid.to_planes(codes.numpy()),
+            "codes": low,
             "template": (tmpl if tmpl is not None else torch.zeros(0, dtype=cdt)).numpy(),
             "rich_idx": rich_idx.astype(np.int32),
         }
+        if high is not None:
+            arrays["codes_hi"] = high
         meta: dict[str, Any] = {
             "codec": "mix",
             "mode": "grid",
@@ -455,7 +472,15 @@ class ChannelMixCodec:
             )
             arrays.update(rich_arrays)
             meta.update(stats)
-        return pack_frame(meta, arrays, entropy=True, cctx=grid.compressor())
+        cc = grid.code_compressor() if self.huffman_only else grid.compressor()
+        return pack_frame(
+            meta,
+            arrays,
+            entropy=True,
+            cctx=grid.compressor(),
+            # int16 templates are interleaved bytes: zstd with matches, as codes_hi
+            section_cctx={"codes": cc, "template": cc if high is None else grid.compressor()},
+        )
 
     # -- helpers ------------------------------------------------------------
     def _cdim(self, ndim: int) -> int | None:
