@@ -32,7 +32,8 @@ test-flower:
 	$(FLOWER_VENV)/bin/python -m pip install --quiet --upgrade pip
 	$(FLOWER_VENV)/bin/python -m pip install --quiet "torch==2.13.0"
 	$(FLOWER_VENV)/bin/python -m pip install --quiet -e ".[flower,data,test]"
-	FLWR_TELEMETRY_ENABLED=0 $(FLOWER_VENV)/bin/python -m pytest tests/integrations
+	FLWR_TELEMETRY_ENABLED=0 FLWR_DISABLE_UPDATE_CHECK=1 OMP_NUM_THREADS=1 \
+		$(FLOWER_VENV)/bin/python -m pytest tests/integrations -p no:cacheprovider --durations=5
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check src tests benchmarks

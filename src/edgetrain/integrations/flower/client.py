@@ -141,44 +141,61 @@ def train_on_client(
     return new_state, metrics
 
 
-def make_client_app(env_factory: Callable[[], Environment]) -> ClientApp:
-    """A ``ClientApp`` serving the clients of ``env_factory()`` (called once per process
-    and cached by the caller, e.g. with :func:`functools.cache`)."""
-    app = ClientApp()
+def node_client_id(context: Context) -> int:
+    """The edgetrain client id a Flower node stands for: its ``partition-id``."""
+    if "partition-id" not in context.node_config:
+        raise ConfigError(
+            "the Flower node has no 'partition-id' in its node_config; run it under the "
+            "simulation runtime or start the SuperNode with --node-config "
+            "'partition-id=N num-partitions=M'"
+        )
+    return int(context.node_config["partition-id"])
 
-    def cid_of(context: Context) -> int:
-        if "partition-id" not in context.node_config:
-            raise ConfigError(
-                "the Flower node has no 'partition-id' in its node_config; run it under the "
-                "simulation engine or start the SuperNode with --node-config partition-id=N"
-            )
-        return int(context.node_config["partition-id"])
+
+def answer_query(env: Environment, cid: int, msg: Message) -> Message:
+    """Reply to the strategy's check-in ``query`` with client ``cid``'s check-in."""
+    metrics, info = checkin_records(env, cid)
+    return Message(RecordDict({K.METRICS: metrics, K.CHECKIN_INFO: info}), reply_to=msg)
+
+
+def answer_train(env: Environment, cid: int, msg: Message) -> Message:
+    """Train client ``cid`` from the message's arrays under the plan in its config."""
+    cfg = msg.content.config_records[K.CONFIG]
+    if int(cfg.get(K.CID, cid)) != cid:
+        raise ConfigError(f"train message for client {cfg[K.CID]} reached node of {cid}")
+    state = msg.content.array_records[K.ARRAYS].to_torch_state_dict()
+    new, metrics = train_on_client(env, cid, state, cfg)
+    reply = RecordDict({K.ARRAYS: ArrayRecord(new), K.METRICS: MetricRecord(metrics)})
+    return Message(reply, reply_to=msg)
+
+
+def answer_evaluate(env: Environment, cid: int, msg: Message) -> Message:
+    """Evaluate the message's model on client ``cid``'s partition."""
+    _check_cid(env, cid)
+    model = env.build_model()
+    model.load_state_dict(msg.content.array_records[K.ARRAYS].to_torch_state_dict())
+    idx = torch.as_tensor(env.parts[cid], dtype=torch.long)
+    loss, acc = evaluate(model, env.train.x[idx], env.train.y[idx])
+    m = MetricRecord({K.WEIGHT: float(len(idx)), K.EVAL_LOSS: loss, K.EVAL_ACC: acc})
+    return Message(RecordDict({K.METRICS: m}), reply_to=msg)
+
+
+def make_client_app(env_factory: Callable[[Context], Environment]) -> ClientApp:
+    """A ``ClientApp`` serving the clients of ``env_factory(context)`` (called for every
+    message; cache it per process, e.g. with :func:`functools.cache` on the config)."""
+    app = ClientApp()
 
     @app.query()
     def query(msg: Message, context: Context) -> Message:
-        metrics, info = checkin_records(env_factory(), cid_of(context))
-        return Message(RecordDict({K.METRICS: metrics, K.CHECKIN_INFO: info}), reply_to=msg)
+        return answer_query(env_factory(context), node_client_id(context), msg)
 
     @app.train()
     def train(msg: Message, context: Context) -> Message:
-        cid = cid_of(context)
-        cfg = msg.content.config_records[K.CONFIG]
-        if int(cfg.get(K.CID, cid)) != cid:
-            raise ConfigError(f"train message for client {cfg[K.CID]} reached node of {cid}")
-        state = msg.content.array_records[K.ARRAYS].to_torch_state_dict()
-        new, metrics = train_on_client(env_factory(), cid, state, cfg)
-        reply = RecordDict({K.ARRAYS: ArrayRecord(new), K.METRICS: MetricRecord(metrics)})
-        return Message(reply, reply_to=msg)
+        return answer_train(env_factory(context), node_client_id(context), msg)
 
     @app.evaluate()
     def evaluate_(msg: Message, context: Context) -> Message:
-        env, cid = env_factory(), cid_of(context)
-        model = env.build_model()
-        model.load_state_dict(msg.content.array_records[K.ARRAYS].to_torch_state_dict())
-        idx = torch.as_tensor(env.parts[cid], dtype=torch.long)
-        loss, acc = evaluate(model, env.train.x[idx], env.train.y[idx])
-        m = MetricRecord({K.WEIGHT: float(len(idx)), K.EVAL_LOSS: loss, K.EVAL_ACC: acc})
-        return Message(RecordDict({K.METRICS: m}), reply_to=msg)
+        return answer_evaluate(env_factory(context), node_client_id(context), msg)
 
     return app
 

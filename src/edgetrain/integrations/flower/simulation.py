@@ -51,11 +51,15 @@ class SimulationResult:
     accuracy: dict[int, float] = field(default_factory=dict)  # round -> test accuracy
     loss: dict[int, float] = field(default_factory=dict)
     sim_time_s: float = 0.0
+    # round -> weighted federated evaluation on the nodes (eval-loss, eval-acc)
+    federated_eval: dict[int, dict[str, float]] = field(default_factory=dict)
+    final_state: dict[str, torch.Tensor] | None = field(default=None, repr=False)
 
     def to_json(self) -> dict[str, Any]:
         return {
             "method": self.method,
             "sim_time_s": self.sim_time_s,
+            "federated_eval": {str(r): m for r, m in sorted(self.federated_eval.items())},
             "rounds": [
                 {
                     "round": r.round,
@@ -76,8 +80,16 @@ class SimulationResult:
         }
 
 
-def make_strategy(cfg: FederatedConfig, env: Environment, method: str) -> EdgetrainStrategy:
-    """The strategy for ``method`` (a name of :data:`edgetrain.federated.methods.METHODS`)."""
+def make_strategy(
+    cfg: FederatedConfig,
+    env: Environment,
+    method: str,
+    *,
+    evaluate_clients: int = 0,
+    node_timeout_s: float = 600.0,
+) -> EdgetrainStrategy:
+    """The strategy for ``method`` (a name of :data:`edgetrain.federated.methods.METHODS`);
+    ``evaluate_clients`` nodes evaluate the global model after every round (0: none)."""
     if method not in METHODS:
         raise ConfigError(f"unknown method {method!r}; accepted: {', '.join(METHODS)}")
     spec = METHODS[method]
@@ -122,7 +134,45 @@ def make_strategy(cfg: FederatedConfig, env: Environment, method: str) -> Edgetr
         lr=f.lr,
         seed=cfg.seed,
         min_available_nodes=cfg.fleet.clients,
+        evaluate_clients=evaluate_clients,
+        node_timeout_s=node_timeout_s,
     )
+
+
+def run_rounds(
+    grid: Grid,
+    cfg: FederatedConfig,
+    env: Environment,
+    strategy: EdgetrainStrategy,
+    result: SimulationResult,
+) -> SimulationResult:
+    """The body of a ``ServerApp`` main: run ``cfg``'s rounds of ``strategy`` on ``grid``
+    from the seeded initial model, evaluating the global model on ``env``'s test split
+    after every round (round 0 = the initial model); fills and returns ``result``."""
+
+    def central_eval(rnd: int, arrays: ArrayRecord) -> MetricRecord:
+        model = env.build_model()
+        model.load_state_dict(arrays.to_torch_state_dict())
+        loss, acc = evaluate(model, env.test.x, env.test.y)
+        result.accuracy[rnd], result.loss[rnd] = acc, loss
+        return MetricRecord({"accuracy": acc, "loss": loss})
+
+    torch.manual_seed(cfg.seed)
+    initial = ArrayRecord(env.build_model().state_dict())
+    out = strategy.start(
+        grid=grid,
+        initial_arrays=initial,
+        num_rounds=cfg.federated.rounds,
+        train_config=ConfigRecord({"method": result.method}),
+        evaluate_fn=central_eval,
+    )
+    result.sim_time_s = strategy.sim_time_s
+    result.federated_eval = {
+        int(rnd): {k: float(v) for k, v in m.items()}
+        for rnd, m in out.evaluate_metrics_clientapp.items()
+    }
+    result.final_state = out.arrays.to_torch_state_dict()
+    return result
 
 
 def build_apps(cfg: FederatedConfig, method: str | None = None):
@@ -135,27 +185,11 @@ def build_apps(cfg: FederatedConfig, method: str | None = None):
     result = SimulationResult(method, strategy.history)
     server_app = ServerApp()
 
-    def central_eval(rnd: int, arrays: ArrayRecord) -> MetricRecord:
-        model = env.build_model()
-        model.load_state_dict(arrays.to_torch_state_dict())
-        loss, acc = evaluate(model, env.test.x, env.test.y)
-        result.accuracy[rnd], result.loss[rnd] = acc, loss
-        return MetricRecord({"accuracy": acc, "loss": loss})
-
     @server_app.main()
     def main(grid: Grid, context: Context) -> None:
-        torch.manual_seed(cfg.seed)
-        initial = ArrayRecord(env.build_model().state_dict())
-        strategy.start(
-            grid=grid,
-            initial_arrays=initial,
-            num_rounds=cfg.federated.rounds,
-            train_config=ConfigRecord({"method": method}),
-            evaluate_fn=central_eval,
-        )
-        result.sim_time_s = strategy.sim_time_s
+        run_rounds(grid, cfg, env, strategy, result)
 
-    client_app = make_client_app(functools.partial(environment_for, text))
+    client_app = make_client_app(lambda context: environment_for(text))
     return server_app, client_app, strategy, result
 
 

@@ -94,6 +94,7 @@ class EdgetrainStrategy(Strategy):
         checkin_every: int = 0,
         evaluate_clients: int = 0,
         query_timeout_s: float = 600.0,
+        node_timeout_s: float = 600.0,
         overcommit: float = 1.0,
         failure_report: str = "immediate",
         deadline_factor: float = 2.0,
@@ -117,6 +118,8 @@ class EdgetrainStrategy(Strategy):
             raise ConfigError(
                 f"straggler_feedback {straggler_feedback!r}; expected average or none"
             )
+        if not node_timeout_s > 0:
+            raise ConfigError(f"node_timeout_s={node_timeout_s}; expected seconds > 0")
         if checkin_every < 0 or evaluate_clients < 0 or min_available_nodes < 1:
             raise ConfigError(
                 "checkin_every and evaluate_clients must be >= 0 and min_available_nodes >= 1"
@@ -133,6 +136,7 @@ class EdgetrainStrategy(Strategy):
         self.checkin_every = checkin_every
         self.evaluate_clients = evaluate_clients
         self.query_timeout_s = query_timeout_s
+        self.node_timeout_s = node_timeout_s
         self.rng = np.random.default_rng(seed)
         self.checkin: CheckIn | None = None
         self.compute = np.zeros(0)
@@ -146,7 +150,14 @@ class EdgetrainStrategy(Strategy):
     # -- check-in ---------------------------------------------------------------------------
     def check_in(self, grid: Grid) -> CheckIn:
         """Query every connected node for its edgetrain check-in; build the CheckIn."""
+        give_up = time.monotonic() + self.node_timeout_s
         while len(nodes := sorted(grid.get_node_ids())) < self.min_available_nodes:
+            if time.monotonic() > give_up:
+                raise DataError(
+                    f"only {len(nodes)} Flower nodes connected within {self.node_timeout_s:g} s; "
+                    f"the fleet has {self.min_available_nodes} clients (one node each): start "
+                    "that many SuperNodes (simulation: num-supernodes) or shrink fleet.clients"
+                )
             log(INFO, "check-in: %d of %d nodes connected", len(nodes), self.min_available_nodes)
             time.sleep(1.0)
         cfg = ConfigRecord({K.QUERY_KIND: K.QUERY_CHECKIN})
