@@ -7,7 +7,8 @@
 Sections (paper figure in brackets; ``--sections`` names in parentheses):
 1. (acc) accuracy of Chain / Neighbor / Central aggregation per N, real training on
    the watch data, one person per device, medians over ``--acc-seeds`` [Fig. 3, Table 3],
-   and peak model copies held by one device [Fig. 11a];
+   and peak model copies held by one device [Fig. 11a]; (numerics) where Chain and
+   Central part: float rounding of the same deltas, amplified by training (N = 5, 8, 9);
 2. (sched) simulated time and energy variance, Chain (DQN) vs Ring vs Tree, plus the
    latency-optimal reference schedule, random allocation with ≤ 50 % busy devices,
    ``--reps`` repetitions per N [Fig. 10] — schedules and the simulated clock only;
@@ -37,6 +38,7 @@ import numpy as np
 import torch
 
 from edgetrain import data, devices, models
+from edgetrain.decentralized.aggregation import CentralSGD, ChainSGD
 from edgetrain.decentralized.chain_scheduler import ChainScheduler
 from edgetrain.decentralized.costs import BUSY_S, link_time_s, simulate_iteration
 from edgetrain.decentralized.dqn import DQNAgent, DQNConfig, reward_converged_at
@@ -62,11 +64,22 @@ from edgetrain.decentralized.trainer import (
     training_flops_per_sample,
 )
 
-SECTIONS = ("acc", "sched", "sweep", "threshold", "explore", "speedup", "tradeoff")
+SECTIONS = ("acc", "numerics", "sched", "sweep", "threshold", "explore", "speedup", "tradeoff")
 # MDLdroid §4.1 / Table 1: the six data sets' training sets range from 25 MB to 900 MB.
 PAPER_TRAIN_MB = (25, 900)
 # (a, b) pairs of the busy-overhead table: "a's overhead is x % less than b's"
 OH_PAIRS = (("chain", "tree"), ("chain", "ring"), ("opt", "tree"), ("opt", "ring"))
+# (a, b) pairs of the eq. 5 scheduler-latency table; ring = synchronous Ring-Allreduce,
+# ringp = the pipelined ring-order chain (the pre-round-5 model), ringN = ring + N-th round
+F_PAIRS = (
+    ("chain", "tree"),
+    ("chain", "ring"),
+    ("chain", "ringp"),
+    ("chain", "ringN"),
+    ("opt", "tree"),
+    ("opt", "ring"),
+    ("tree", "ring"),
+)
 
 
 def table(title: str, header: list[str], rows: list[list]) -> None:
@@ -87,17 +100,18 @@ def pct_less(a: float, b: float) -> float:
 def accuracy_section(ds, ns, epochs: int, seeds: list[int]) -> None:
     rows = []
     for n in ns:
-        acc = {a: [] for a in ("chain", "neighbor", "central")}
+        acc = {a: [] for a in ("chain", "neighbor", "central", "chain64")}
         peak = {}
         for seed in seeds:
             for agg in acc:
                 cfg = ChainConfig(
                     devices=n,
                     scheduler="ring",
-                    aggregation=agg,
+                    aggregation="chain" if agg == "chain64" else agg,
                     epochs=epochs,
                     busy="none",
                     seed=seed,
+                    wire="float64" if agg == "chain64" else "float32",
                 )
                 r = run_chain(cfg, dataset=ds)
                 acc[agg].append(r.accuracy)
@@ -105,7 +119,7 @@ def accuracy_section(ds, ns, epochs: int, seeds: list[int]) -> None:
         med = {a: statistics.median(v) for a, v in acc.items()}
         below = sum(nb < c for nb, c in zip(acc["neighbor"], acc["central"], strict=True))
         gap = [nb - c for nb, c in zip(acc["neighbor"], acc["central"], strict=True)]
-        chain_gap = max(abs(a - c) for a, c in zip(acc["chain"], acc["central"], strict=True))
+
         rows.append(
             [
                 n,
@@ -113,20 +127,25 @@ def accuracy_section(ds, ns, epochs: int, seeds: list[int]) -> None:
                 med["neighbor"],
                 med["central"],
                 round(med["chain"] - med["central"], 6),
-                round(chain_gap, 6),
+                round(_worst(acc, "chain"), 6),
                 f"{below}/{len(seeds)}",
                 statistics.mean(gap),
                 min(gap),
                 max(gap),
                 peak["chain"],
                 peak["central"],
+                med["chain64"],
+                round(med["chain64"] - med["central"], 6),
+                round(_worst(acc, "chain64"), 6),
             ]
         )
     table(
         f"Accuracy (%) after {epochs} epochs, median of seeds {seeds}, watch, one person per "
         "device, Ring order, no busy device; the global model every device holds after the "
         "broadcast, on the shared test set [Fig. 3, Table 3]; Nb-Ce = Neighbor - Central per "
-        "seed (points); peak model copies per device [Fig. 11a]",
+        "seed (points); peak model copies per device [Fig. 11a]; Chain = float32 messages, "
+        "Chain64 = float64 messages (2x bytes per reduce transfer); Central accumulates in "
+        "float64",
         [
             "N",
             "Chain",
@@ -140,7 +159,111 @@ def accuracy_section(ds, ns, epochs: int, seeds: list[int]) -> None:
             "max Nb-Ce",
             "Chain peak",
             "Central peak",
+            "Chain64",
+            "Chain64-Central",
+            "max abs(Chain64-Central)",
         ],
+        rows,
+    )
+
+
+def _worst(acc: dict, a: str) -> float:
+    """Largest |a − Central| accuracy difference over the seeds (points)."""
+    return max(abs(x - c) for x, c in zip(acc[a], acc["central"], strict=True))
+
+
+def _ref_hook(ref_states: list, same: dict, diff1: dict, ring):
+    """Record the reference trajectory and compare every aggregation on its deltas."""
+
+    def hook(it, state, deltas):
+        ref_states.append({k: v.clone() for k, v in state.items()})
+        ref_agg = CentralSGD().reduce(deltas, ring).aggregate
+        for name, agg in (
+            ("chain32", ChainSGD("float32")),
+            ("chain64", ChainSGD("float64")),
+            ("central32", CentralSGD("float32")),
+        ):
+            got = agg.reduce(deltas, ring).aggregate
+            same[name].append(_bit_differ(got, ref_agg))
+            if it == 0:
+                diff1[name] = _max_abs(got, ref_agg)
+
+    return hook
+
+
+def _traj_hook(traj: list, ref_states: list):
+    return lambda it, state, _deltas: traj.append(_max_abs(state, ref_states[it]))
+
+
+def _max_abs(a: dict, b: dict) -> float:
+    return max(float((a[k].double() - b[k].double()).abs().max()) for k in a)
+
+
+def _bit_differ(a: dict, b: dict) -> int:
+    """How many float elements of ``a`` and ``b`` are not bit-identical."""
+    return sum(int((v != b[k]).sum()) for k, v in a.items() if v.is_floating_point())
+
+
+def numerics_section(ds, ns, epochs: int, seeds: list[int]) -> None:
+    """Is Chain - Central float rounding amplified by training? For each (N, seed) the
+    Central run (float64 accumulation) is the reference. Same deltas: at every
+    iteration the reference's deltas are reduced by Chain (float32 / float64 messages,
+    Ring order) and by a float32-accumulating Central; we report the share of the
+    aggregate's elements bit-identical to the reference and the largest difference.
+    Trajectories: the same runs trained with each aggregation; the largest parameter
+    difference to the reference after the first and the last iteration, and the
+    accuracy difference."""
+    variants = {
+        "chain32": (ChainConfig, {"aggregation": "chain", "wire": "float32"}, None),
+        "chain64": (ChainConfig, {"aggregation": "chain", "wire": "float64"}, None),
+        "central32": (ChainConfig, {"aggregation": "central"}, CentralSGD("float32")),
+    }
+    rows = []
+    for n in ns:
+        for seed in seeds:
+            base = {"devices": n, "scheduler": "ring", "epochs": epochs, "busy": "none"}
+            ref_states, same = [], {k: [] for k in variants}
+            diff1 = dict.fromkeys(variants, 0.0)
+            ring = RingScheduler().schedule([DeviceStatus(d) for d in range(n)])
+            ref = run_chain(
+                ChainConfig(**base, aggregation="central", seed=seed),
+                dataset=ds,
+                on_iteration=_ref_hook(ref_states, same, diff1, ring),
+            )
+            row: list = [n, seed]
+            for name, (cls, kw, aggr) in variants.items():
+                traj = []
+                r = run_chain(
+                    cls(**base, seed=seed, **kw),
+                    dataset=ds,
+                    aggregator=aggr,
+                    on_iteration=_traj_hook(traj, ref_states),
+                )
+                row += [
+                    max(same[name]),
+                    diff1[name],
+                    traj[0],
+                    traj[-1],
+                    r.accuracy - ref.accuracy,
+                ]
+            rows.append(row)
+    head = ["N", "seed"]
+    for name in variants:
+        head += [
+            f"{name} not bit-eq (max)",
+            f"{name} agg max|d| it1",
+            f"{name} param max|d| it1",
+            f"{name} param max|d| last",
+            f"{name} acc d",
+        ]
+    table(
+        f"Chain vs Central numerics, {epochs} epochs (1 aggregation each), Ring order, no "
+        "busy device; reference = Central with float64 accumulation. not bit-eq = aggregate "
+        "elements (of all float parameters) not bit-identical to the reference's from the "
+        "same deltas (most over the iterations); agg max|d| = largest aggregate difference, iteration 1; "
+        "param max|d| = largest parameter difference of the trained trajectories after "
+        "iteration 1 and the last; acc d = accuracy minus the reference's (points)",
+        head,
         rows,
     )
 
@@ -176,9 +299,10 @@ class Clock:
 def scheduler_section(ds, ns, reps: int, first: int, relearn: int, seed: int) -> None:
     clock = Clock(ds)
     c = clock.transfer_s
-    names = ("chain", "tree", "ring", "opt")
+    names = ("chain", "tree", "ring", "opt", "ringp")
     rows_t, rows_e, avg = [], [], {k: [] for k in ("ct", "cr", "ot", "or", "ict", "icr", "v")}
     rows_o, pooled = [], dict.fromkeys(names, 0.0)
+    rows_f, f_pooled = [], dict.fromkeys((*names, "ringN"), 0.0)
     for n in ns:
         prof, flops, train_s = clock.fleet(n)
         scheds = {
@@ -188,6 +312,7 @@ def scheduler_section(ds, ns, reps: int, first: int, relearn: int, seed: int) ->
             "tree": TreeScheduler(),
             "ring": RingScheduler(),
             "opt": EarliestPairScheduler(BUSY_S, c, train_s),
+            "ringp": RingScheduler(synchronous=False),
         }
         rng = np.random.default_rng(seed + n)
         t5 = {k: [] for k in names}
@@ -195,6 +320,7 @@ def scheduler_section(ds, ns, reps: int, first: int, relearn: int, seed: int) ->
         var = {k: [] for k in names}
         after = {k: [] for k in names}  # transfers after the last busy device is free
         free5 = {k: [] for k in names}  # eq.5 time of the same devices all free
+        fl = {k: [] for k in names}  # eq.5's f(T_a, T_b) = T(t) - T_tr
         fallbacks = 0
         for _ in range(reps):
             st = random_statuses(n, rng, 0.5)
@@ -210,6 +336,7 @@ def scheduler_section(ds, ns, reps: int, first: int, relearn: int, seed: int) ->
                 cost = clock.run(scheds[k].schedule(st), st, prof, flops)
                 t5[k].append(cost.eq5_time_s)
                 ti[k].append(cost.time_s)
+                fl[k].append(cost.sched_latency_s)
                 var[k].append(cost.energy_variance)
                 if release is not None:
                     after[k].append((cost.eq5_time_s - release) / c)
@@ -237,6 +364,16 @@ def scheduler_section(ds, ns, reps: int, first: int, relearn: int, seed: int) ->
             + [pct_less(oh[a], oh[b]) for a, b in OH_PAIRS]
             + [pct_less(ohc[a], ohc[b]) for a, b in OH_PAIRS]
         )
+        # eq. 5's scheduler latency f; ringN = the synchronous ring with the N-th
+        # communication round of §3.3 (closing the ring back to d0) added
+        fl["ringN"] = [v + c for v in fl["ring"]]
+        mf = {k: statistics.mean(v) for k, v in fl.items()}
+        for k, v in fl.items():
+            f_pooled[k] += sum(v)
+        rows_f.append(
+            [n, mf["chain"], mf["tree"], mf["ring"], mf["ringp"], mf["opt"]]
+            + [pct_less(mf[a], mf[b]) for a, b in F_PAIRS]
+        )
         m5 = {k: statistics.mean(v) for k, v in t5.items()}
         mi = {k: statistics.mean(v) for k, v in ti.items()}
         mv = {k: statistics.mean(v) for k, v in var.items()}
@@ -260,7 +397,10 @@ def scheduler_section(ds, ns, reps: int, first: int, relearn: int, seed: int) ->
         busy_draws = len(after["chain"])
         rows_e.append(
             [n, mv["chain"], mv["tree"], mv["ring"], mv["opt"], pct_less(mv["chain"], mv["tree"])]
-            + [statistics.mean(after[k]) if busy_draws else float("nan") for k in names]
+            + [
+                statistics.mean(after[k]) if busy_draws else float("nan")
+                for k in ("chain", "tree", "ring", "opt")
+            ]
             + [f"{busy_draws}/{reps}", fallbacks]
         )
     mean = {k: statistics.mean(v) for k, v in avg.items()}
@@ -338,6 +478,38 @@ def scheduler_section(ds, ns, reps: int, first: int, relearn: int, seed: int) ->
             "common Opt<Ring %",
         ],
         rows_o,
+    )
+    cols = list(zip(*(r[6:] for r in rows_f), strict=True))
+    rows_f.append(["mean"] + [""] * 5 + [statistics.mean(col) for col in cols])
+    rows_f.append(
+        ["pooled"]
+        + [f_pooled[k] for k in ("chain", "tree", "ring", "ringp", "opt")]
+        + [pct_less(f_pooled[a], f_pooled[b]) for a, b in F_PAIRS]
+    )
+    table(
+        "Eq. 5 scheduler latency f(T_a, T_b) = T(t) - T_tr per iteration (s), mean over "
+        f"{reps} random ≤50%-busy allocations [Fig. 10a 'Latency']; T_tr = the slowest "
+        "device's local training. Ring = synchronous Ring-Allreduce (starts when every "
+        "member is ready: f = T_a + T_b), Ring-p = the pipelined ring-order chain (pre-round-5 "
+        "model), RingN = Ring + the N-th communication round of §3.3 (closing the ring). "
+        "% = reduction of the mean; 'mean' = mean of the per-N %, 'pooled' = ratio of the "
+        "sums over every N and allocation (s)",
+        [
+            "N",
+            "Chain f s",
+            "Tree f s",
+            "Ring f s",
+            "Ring-p f s",
+            "Opt f s",
+            "Chain<Tree %",
+            "Chain<Ring %",
+            "Chain<Ring-p %",
+            "Chain<RingN %",
+            "Opt<Tree %",
+            "Opt<Ring %",
+            "Tree<Ring %",
+        ],
+        rows_f,
     )
 
 
@@ -661,6 +833,10 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--acc-epochs", type=int, default=10, help="training epochs, accuracy rows")
     ap.add_argument("--acc-seeds", type=int, default=1, help="seeds for the accuracy rows")
     ap.add_argument("--acc-max-n", type=int, default=None, help="largest N, accuracy rows")
+    ap.add_argument("--acc-min-n", type=int, default=2, help="smallest N, accuracy rows")
+    ap.add_argument(
+        "--numerics-ns", default="5,8,9", help="comma list of N for the numerics section"
+    )
     ap.add_argument("--explore-reps", type=int, default=8, help="DQN seeds per strategy and N")
     ap.add_argument("--explore-budget", type=int, default=300, help="episodes per DQN run")
     ap.add_argument(
@@ -680,6 +856,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.quick:
         plan = {
             "acc": lambda: accuracy_section(ds, [3], 1, [args.seed]),
+            "numerics": lambda: numerics_section(ds, [3], 1, [args.seed]),
             "sched": lambda: scheduler_section(ds, [4], 3, 20, 5, args.seed),
             "sweep": lambda: sweep_section(ds, [3, 4], 5, [2.0], args.seed),
             "threshold": lambda: threshold_section([3, 4], 50, 2.0, args.seed),
@@ -689,12 +866,18 @@ def main(argv: list[str] | None = None) -> None:
         }
     else:
         ns = list(range(2, args.max_n + 1))
-        acc_ns = list(range(2, (args.acc_max_n or args.max_n) + 1))
+        acc_ns = list(range(args.acc_min_n, (args.acc_max_n or args.max_n) + 1))
         e = args.tradeoff_epochs
         bd = BUSY_S / clock.transfer_s
         plan = {
             "acc": lambda: accuracy_section(
                 ds, acc_ns, args.acc_epochs, list(range(args.seed, args.seed + args.acc_seeds))
+            ),
+            "numerics": lambda: numerics_section(
+                ds,
+                [int(n) for n in args.numerics_ns.split(",")],
+                args.acc_epochs,
+                list(range(args.seed, args.seed + args.acc_seeds)),
             ),
             "sched": lambda: scheduler_section(
                 ds, ns, args.reps, args.first, args.relearn, args.seed

@@ -61,3 +61,10 @@ def test_chain_command_rejects_bad_executor(capsys):
         main(["chain", "--executor", "dask", "--json"])
     assert exc.value.code == 2
     assert "--executor 'dask' is not one of inprocess, ray" in capsys.readouterr().err
+
+
+def test_chain_command_rejects_bad_wire(capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(["chain", "--wire", "float16", "--json"])
+    assert exc.value.code == 2
+    assert "wire 'float16' is not one of float32, float64" in capsys.readouterr().err

@@ -161,3 +161,40 @@ def test_earliest_pair_puts_busy_devices_last_and_checks_inputs():
     assert 0 not in {d for p in s.pairs[:-1] for d in (p.sender, p.receiver)}
     with pytest.raises(ConfigError):
         EarliestPairScheduler(busy_s=-1.0, transfer_s=1.0)
+
+
+def _deltas32(n: int, seed: int) -> dict[int, dict[str, torch.Tensor]]:
+    g = torch.Generator().manual_seed(seed)
+    return {d: {"w": torch.randn(64, generator=g) * 1e-3} for d in range(n)}
+
+
+@settings(max_examples=40, deadline=None, derandomize=True)
+@given(chain_schedules(), st.integers(0, 2**16))
+def test_float64_wire_equals_central_to_the_last_bit(schedule, seed):
+    """float32 deltas: float64 messages make the chain's aggregate equal the float64-
+    accumulated central mean to the last float32 bit, except where the exact mean is a
+    float32 round-half tie (then one ulp apart: a handful of elements, mostly at N a
+    power of two); float32 messages round once per pair and stay within N ulps."""
+    deltas = _deltas32(len(schedule.devices), seed)
+    central = CentralSGD().reduce(deltas, schedule).aggregate["w"]
+    exact = ChainSGD("float64").reduce(deltas, schedule)
+    got = exact.aggregate["w"]
+    assert got.dtype == torch.float32
+    one_ulp = torch.nextafter(central.abs(), torch.tensor(float("inf"))) - central.abs()
+    assert ((got - central).abs() <= one_ulp).all()
+    assert int((got != central).sum()) <= 4  # of 64
+    assert exact.theta == len(schedule.devices)
+    f32 = ChainSGD("float32").reduce(deltas, schedule).aggregate["w"]
+    ulp = torch.finfo(torch.float32).eps * central.abs().max()
+    assert (f32 - central).abs().max() <= len(schedule.devices) * ulp
+
+
+def test_wire_precision_is_checked_and_central_control_differs_only_by_rounding():
+    with pytest.raises(ConfigError, match="wire precision 'float16'"):
+        make_aggregator("chain", wire="float16")
+    assert make_aggregator("neighbor", wire="float64").dtype == torch.float64
+    deltas = _deltas32(7, 3)
+    sched = RingScheduler().schedule([DeviceStatus(d) for d in range(7)])
+    ref = CentralSGD().reduce(deltas, sched).aggregate["w"]
+    ctl = CentralSGD("float32").reduce(deltas, sched).aggregate["w"]
+    torch.testing.assert_close(ctl, ref, rtol=1e-6, atol=1e-9)

@@ -20,6 +20,8 @@ def test_mdldroid_benchmark_quick(capsys):
         "Energy variance",
         "Ceiling",
         "Latency overhead due to busy condition",
+        "Eq. 5 scheduler latency f(T_a, T_b)",
+        "Chain vs Central numerics",
         "Eq. 8 threshold vs the best reachable return",
         "episodes to convergence",
         "Speed-up",
@@ -54,3 +56,16 @@ def test_mdldroid_benchmark_quick(capsys):
     assert oh[1] == "4"
     assert float(oh[3]) >= 0 and float(oh[4]) >= 0
     assert float(oh[12]) >= -1e-6 and float(oh[13]) >= -1e-6
+    # eq. 5's f: the synchronous Ring is never faster than the latency-optimal Opt, and
+    # Ring's f is at least the pipelined ring-order chain's
+    start = next(i for i, r in enumerate(lines) if "Eq. 5 scheduler latency" in r)
+    f = [c.strip() for c in lines[start + 3].split("|")]
+    assert f[1] == "4"
+    chain_f, tree_f, ring_f, ringp_f, opt_f = (float(x) for x in f[2:7])
+    assert opt_f <= min(chain_f, tree_f, ring_f) + 1e-6 and ring_f >= ringp_f - 1e-6
+    # numerics: float64 messages are bit-identical to Central (0 elements differ, same accuracy)
+    start = next(i for i, r in enumerate(lines) if "Chain vs Central numerics" in r)
+    nm = [c.strip() for c in lines[start + 3].split("|")]
+    assert nm[1] == "3"
+    assert int(nm[8]) == 0 and float(nm[9]) == 0 and float(nm[11]) == 0
+    assert float(nm[12]) == 0

@@ -9,7 +9,7 @@ import torch
 
 from edgetrain import data
 from edgetrain.decentralized.broadcast import binomial_broadcast, broadcast_rounds
-from edgetrain.decentralized.costs import energy_variance, simulate_iteration
+from edgetrain.decentralized.costs import energy_variance, link_time_s, simulate_iteration
 from edgetrain.decentralized.faults import DeviceCache, Fault
 from edgetrain.decentralized.resources import DeviceStatus
 from edgetrain.decentralized.schedulers import RingScheduler, TreeScheduler
@@ -52,6 +52,21 @@ def test_chain_matches_central_and_beats_neighbor_memory(tiny):
     assert chain.peak_model_copies == 2 and central.peak_model_copies == 4
     assert all(e["sum_theta_ok"] for e in chain.epochs)
     assert chain.accuracy > 60.0  # 3 classes: well above chance after 3 epochs
+
+
+def test_float64_wire_run_is_bit_identical_to_central_and_sends_twice_the_bytes(tiny):
+    """float64 messages: the trajectory equals Central's bit for bit (no rounding to
+    amplify); the reduce transfers carry 8 bytes per parameter, so the clock is slower."""
+    exact = run_chain(_cfg(aggregation="chain", wire="float64", busy="none"), dataset=tiny)
+    f32 = run_chain(_cfg(aggregation="chain", busy="none"), dataset=tiny)
+    central = run_chain(_cfg(aggregation="central", busy="none"), dataset=tiny)
+    for k, v in exact.final_state.items():
+        assert v.dtype == central.final_state[k].dtype
+        assert torch.equal(v, central.final_state[k]), k
+    assert exact.accuracy == central.accuracy
+    assert exact.sim_time_s > 1.5 * f32.sim_time_s
+    with pytest.raises(ConfigError, match="wire 'float16'"):
+        _cfg(wire="float16").check()
 
 
 def test_same_seed_same_metrics(tiny):
@@ -127,3 +142,75 @@ def test_cost_model_tree_faster_ring_balanced():
     )
     assert ring_b.time_s > ring.time_s + 40.0
     assert energy_variance({0: 1.0, 1: 3.0}) == 1.0
+
+
+def test_ring_is_a_synchronous_collective_and_f_is_eq5_minus_training():
+    """Ring-Allreduce starts when its last member is ready: with one busy device its
+    scheduler latency f is T_b + T_a (eq. 5's no-overlap worst case); the pipelined
+    ring-order chain overlaps the busy time with the transfers ahead of it."""
+    ph = phones("mdldroid")
+    n, busy = 6, 50.0
+    prof = {d: ph[0] for d in range(n)}
+    fl = dict.fromkeys(range(n), 1e9)
+    st = [DeviceStatus(d, in_use=d == 3) for d in range(n)]
+    args = (st, prof, fl, 10_000, 40_000)
+    sync = simulate_iteration(RingScheduler().schedule(st), *args, busy_s=busy)
+    pipe = simulate_iteration(RingScheduler(synchronous=False).schedule(st), *args, busy_s=busy)
+    free = simulate_iteration(RingScheduler().schedule(st), *args, busy_s=0.0)
+    t_tr = 1e9 / ph[0].compute_flops
+    assert sync.train_time_s == pytest.approx(t_tr)
+    assert sync.sched_latency_s == pytest.approx(sync.eq5_time_s - t_tr)
+    t_a = free.sched_latency_s  # N-1 sequential transfers + aggregations
+    assert sync.sched_latency_s == pytest.approx(busy + t_a)
+    c = link_time_s(ph[0], ph[0], 40_000, "bluetooth")
+    # in the pipelined ring pairs 0->1 and 1->2 run while device 3 is busy: 2 of the
+    # N-1 = 5 pair steps (transfer + aggregation) are hidden
+    assert pipe.sched_latency_s == pytest.approx(busy + t_a * 3 / 5, rel=1e-9)
+    assert t_a == pytest.approx(5 * c, rel=0.05)
+    assert sync.energy_j == pipe.energy_j  # the same transfers, only later
+    tree = simulate_iteration(TreeScheduler().schedule(st), *args, busy_s=busy)
+    assert tree.sched_latency_s < sync.sched_latency_s
+
+
+def test_reduce_bytes_are_what_the_reduce_sends():
+    ph = phones("mdldroid")
+    n = 4
+    st = [DeviceStatus(d) for d in range(n)]
+    prof = {d: ph[0] for d in range(n)}
+    fl = dict.fromkeys(range(n), 1e9)
+    sched = RingScheduler().schedule(st)
+    one = simulate_iteration(sched, st, prof, fl, 10_000, 40_000)
+    two = simulate_iteration(sched, st, prof, fl, 10_000, 40_000, reduce_bytes=80_000)
+    # device 1 receives one reduce message and sends one; the broadcast stays 40 kB
+    assert two.rx_bytes[1] - one.rx_bytes[1] == 40_000
+    assert sum(two.tx_bytes.values()) - sum(one.tx_bytes.values()) == (n - 1) * 40_000
+    c = link_time_s(ph[0], ph[0], 40_000, "bluetooth")
+    assert two.eq5_time_s - one.eq5_time_s == pytest.approx((n - 1) * c)
+
+
+def test_device_actor_body_sends_and_holds_the_wire_precision(tiny):
+    """The Ray actor body (a plain class) sends float64 messages when asked, keeps the
+    partial aggregate in float64 and equals the in-process ChainSGD."""
+    from edgetrain.decentralized.aggregation import ChainSGD
+    from edgetrain.decentralized.ray_executor import _Device, from_bytes, to_bytes
+    from edgetrain.decentralized.schedule import Schedule
+    from edgetrain.decentralized.trainer import build_fleet
+    from edgetrain.models import build
+
+    cfg = _cfg(devices=3)
+    fleet = build_fleet(cfg, tiny)
+    kw = {"in_channels": 3, "length": 32, "num_classes": 3, "seed": 0}
+    glob = build("lenet", **kw).state_dict()
+    devs = [_Device(d, *fleet.parts[d], "lenet", kw, 0.1, 0.0) for d in range(3)]
+    for d in devs:
+        d.train(to_bytes(glob, 1.0), [torch.arange(8)])
+    deltas = {d.device: dict(d.msg.delta) for d in devs}
+    blob = devs[0].message("float64")
+    assert all(v.dtype == torch.float64 for v in from_bytes(blob).delta.values())
+    devs[1].receive(blob, True, "float64")
+    devs[2].receive(devs[1].message("float64"), True, "float64")
+    got = from_bytes(devs[2].message("float64"))
+    assert got.theta == 3.0
+    ref = ChainSGD("float64").reduce(deltas, Schedule.of(range(3), [(0, 1), (1, 2)]))
+    for k, v in ref.aggregate.items():
+        assert torch.equal(got.delta[k].to(v.dtype), v), k

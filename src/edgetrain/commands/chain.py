@@ -29,6 +29,11 @@ def register(app: typer.Typer) -> None:
         seed: int = typer.Option(0, help="Seed for data split, model, busy allocation, DQN."),
         link: str = typer.Option("bluetooth", help="bluetooth | wifi_direct (pair transfers)."),
         busy: str = typer.Option("random", help="random (≤50% busy) | trace | none."),
+        wire: str = typer.Option(
+            "float32",
+            help="Precision of the chain/neighbor messages: float32, or float64 (2x bytes "
+            "per reduce transfer; the aggregate then equals Central's bit for bit).",
+        ),
         fault: list[str] = typer.Option(
             [], help="DEVICE@LOST[:REJOIN] iteration range a device is down, e.g. 2@1:3."
         ),
@@ -53,6 +58,7 @@ def register(app: typer.Typer) -> None:
             seed=seed,
             link=link,
             busy=busy,
+            wire=wire,
             faults=[Fault.parse(f) for f in fault],
             init_model=init_model,
         )

@@ -14,6 +14,18 @@ many model copies each device held at its peak, the memory quantity of Fig. 11a.
   W(j,i) = (θi·Δwi + θj·Δwj)/(θi + θj) and θ'i = θi + θj with θ starting at 1.
   θ counts the contributions already folded in, so the final aggregate is the
   exact mean and Σθ = N is conserved; no device holds more than two copies.
+
+Precision. The mean is exact in real arithmetic; in floating point the chain and the
+master round differently, and SGD amplifies a last-bit difference of one iteration into
+a visibly different model a few epochs later (measured: ``benchmarks/mdldroid.py
+--sections numerics``). Every pair and the master therefore compute in float64 and
+round once. With float32 messages (default, what a float32 model sends) the chain rounds
+once per pair; with float64 messages (``wire="float64"``: twice the bytes per reduce
+transfer, counted by the clock) it rounds once at the root and equals the master's
+float64-accumulated mean to the last bit, except where the two float64 results fall on
+either side of a float32 rounding point: rare (~N·2^-29 of the elements) unless N is a
+power of two, where the exact mean is often a float32 round-half tie (measured: 106 of
+734,677 LeNet elements at N = 8).
 """
 
 from __future__ import annotations
@@ -47,17 +59,55 @@ class ReduceResult:
     peak_copies: dict[int, int] = field(default_factory=dict)
 
 
+# Precision of the (Δw, θ) messages that travel between devices in a chain reduce.
+WIRE_DTYPES: dict[str, torch.dtype] = {"float32": torch.float32, "float64": torch.float64}
+# Pair and central arithmetic run in float64 and round once into the message's dtype:
+# a θ-weighted mean of float32 values is then rounded to float32 once per pair instead
+# of after each of its multiply, add and divide (in float64 the products of float32
+# values with integer θ ≤ 2^29 are exact; the sum and division round at 2^-53).
+COMPUTE_DTYPE = torch.float64
+
+
+def wire_dtype(name: str) -> torch.dtype:
+    """The torch dtype of a message precision name; unknown names raise ConfigError."""
+    try:
+        return WIRE_DTYPES[name]
+    except KeyError:
+        raise ConfigError(
+            f"unknown wire precision {name!r}; choose one of {', '.join(WIRE_DTYPES)}"
+        ) from None
+
+
 def pair_aggregate(receiver: Message, sender: Message) -> Message:
-    """Eq. 3: θ-weighted average of two messages; θ of the result is θi + θj."""
+    """Eq. 3: θ-weighted average of two messages; θ of the result is θi + θj.
+
+    Computed in float64 and rounded once into the receiver's dtype (the wire dtype)."""
     ti, tj = float(receiver.theta), float(sender.theta)
     if ti <= 0 or tj <= 0:
         raise ConfigError(f"θ must be positive, got receiver θ={ti}, sender θ={tj}")
     total = ti + tj
+    cd = COMPUTE_DTYPE
     out = {
-        k: (v * ti + sender.delta[k].to(v.dtype) * tj) / total if v.is_floating_point() else v
+        k: ((v.to(cd) * ti + sender.delta[k].to(cd) * tj) / total).to(v.dtype)
+        if v.is_floating_point()
+        else v
         for k, v in receiver.delta.items()
     }
     return Message(out, total)
+
+
+def to_wire(delta: Delta, dtype: torch.dtype) -> Delta:
+    """A delta as it is sent: floating tensors at least as wide as the wire dtype (a
+    wire never narrows a wider model's tensors), others unchanged."""
+    return {
+        k: v.to(torch.promote_types(v.dtype, dtype)) if v.is_floating_point() else v
+        for k, v in delta.items()
+    }
+
+
+def from_wire(delta: Delta, like: Delta) -> Delta:
+    """Cast an aggregate back to the dtypes of ``like`` (end of the reduce)."""
+    return {k: v.to(like[k].dtype) for k, v in delta.items()}
 
 
 def _check(deltas: Mapping[int, Delta], schedule: Schedule) -> None:
@@ -84,41 +134,54 @@ class Aggregator:
 
 
 class ChainSGD(Aggregator):
-    """Pair aggregation with θ weights (eq. 3): exact mean, two copies at most."""
+    """Pair aggregation with θ weights (eq. 3): exact mean, two copies at most.
+
+    ``wire``: the precision of the messages between devices. ``"float32"`` (default)
+    sends the model's own float32 deltas and partial aggregates, each pair rounding
+    once into float32, so the result equals the central mean up to a few float32
+    roundings. ``"float64"`` sends the partial aggregates in float64 (twice the bytes
+    per transfer, and two float64 copies in memory) and casts back once at the root:
+    the result then equals a float64-accumulated central mean to the last float32 bit
+    in all but a few elements (see the module docstring for which).
+    """
 
     name = "chain"
+    weighted = True
+
+    def __init__(self, wire: str = "float32") -> None:
+        self.wire = wire
+        self.dtype = wire_dtype(wire)
 
     def reduce(self, deltas: Mapping[int, Delta], schedule: Schedule) -> ReduceResult:
         _check(deltas, schedule)
-        held = {d: Message(dict(deltas[d]), 1.0) for d in schedule.devices}
-        peak = dict.fromkeys(schedule.devices, 1)
-        for p in schedule.pairs:
-            held[p.receiver] = pair_aggregate(held[p.receiver], held.pop(p.sender))
-            peak[p.receiver] = max(peak[p.receiver], 2)  # own + incoming
-        root = schedule.root
-        return ReduceResult(held[root].delta, held[root].theta, root, peak)
-
-
-class NeighborSGD(Aggregator):
-    """Unweighted pair averaging (eq. 2 with m = 1): the baseline θ repairs."""
-
-    name = "neighbor"
-
-    def reduce(self, deltas: Mapping[int, Delta], schedule: Schedule) -> ReduceResult:
-        _check(deltas, schedule)
-        held = {d: Message(dict(deltas[d]), 1.0) for d in schedule.devices}
+        held = {d: Message(to_wire(deltas[d], self.dtype), 1.0) for d in schedule.devices}
         peak = dict.fromkeys(schedule.devices, 1)
         for p in schedule.pairs:
             a, b = held[p.receiver], held.pop(p.sender)
-            merged = pair_aggregate(Message(a.delta, 1.0), Message(b.delta, 1.0))
-            held[p.receiver] = Message(merged.delta, a.theta + b.theta)
-            peak[p.receiver] = max(peak[p.receiver], 2)
+            if self.weighted:
+                held[p.receiver] = pair_aggregate(a, b)
+            else:
+                merged = pair_aggregate(Message(a.delta, 1.0), Message(b.delta, 1.0))
+                held[p.receiver] = Message(merged.delta, a.theta + b.theta)
+            peak[p.receiver] = max(peak[p.receiver], 2)  # own + incoming
         root = schedule.root
-        return ReduceResult(held[root].delta, held[root].theta, root, peak)
+        agg = from_wire(held[root].delta, deltas[root])
+        return ReduceResult(agg, held[root].theta, root, peak)
+
+
+class NeighborSGD(ChainSGD):
+    """Unweighted pair averaging (eq. 2 with m = 1): the baseline θ repairs."""
+
+    name = "neighbor"
+    weighted = False
 
 
 class CentralSGD(Aggregator):
     """Eq. 1: a master (the schedule's root) receives every delta and averages.
+
+    ``accumulate``: ``"float64"`` (default) sums the float32 copies in float64 and
+    rounds once (the received bytes are unchanged: float32 deltas); ``"float32"`` is
+    torch's float32 mean, kept as a control that only the summation order differs.
 
     The schedule's order is ignored except for its root, which becomes the
     master; the master holds all N copies at once.
@@ -126,14 +189,23 @@ class CentralSGD(Aggregator):
 
     name = "central"
 
+    def __init__(self, accumulate: str = "float64") -> None:
+        self.accumulate = accumulate
+        self.dtype = wire_dtype(accumulate)
+
     def reduce(self, deltas: Mapping[int, Delta], schedule: Schedule) -> ReduceResult:
         _check(deltas, schedule)
         master = schedule.root
         star = star_schedule(schedule.devices, master)
         n = len(star.devices)
         first = deltas[master]
+        # the master holds float32 copies and accumulates in float64, rounding once:
+        # the correctly rounded mean whenever the float64 sum is exact
         agg = {
-            k: torch.stack([deltas[d][k].to(v.dtype) for d in star.devices]).mean(0)
+            k: torch.stack([deltas[d][k].to(self.dtype) for d in star.devices])
+            .sum(0)
+            .div(n)
+            .to(v.dtype)
             if v.is_floating_point()
             else v
             for k, v in first.items()
@@ -150,11 +222,15 @@ AGGREGATORS: dict[str, type[Aggregator]] = {
 }
 
 
-def make_aggregator(name: str) -> Aggregator:
-    """Aggregator by name; unknown names raise :class:`ConfigError`."""
+def make_aggregator(name: str, wire: str = "float32") -> Aggregator:
+    """Aggregator by name; unknown names raise :class:`ConfigError`. ``wire`` is the
+    message precision of the pair-wise schemes (chain, neighbor); the central master
+    always receives float32 deltas and accumulates them in float64."""
+    wire_dtype(wire)
     try:
-        return AGGREGATORS[name]()
+        cls = AGGREGATORS[name]
     except KeyError:
         raise ConfigError(
             f"unknown aggregation {name!r}; choose one of {', '.join(AGGREGATORS)}"
         ) from None
+    return cls(wire) if issubclass(cls, ChainSGD) else cls()

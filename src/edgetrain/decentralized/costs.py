@@ -25,8 +25,13 @@ has finished and the MA has named its partner): a pair starts when both of its
 devices are free, with no barrier between rounds, for every scheduler alike. A
 busy device therefore delays every pair it is in and everything downstream of
 it — a Tree whose first-round pair includes a busy device finishes
-``busy + ⌈log2 N⌉`` transfers after the start. :attr:`IterationCost.eq5_time_s`
-(reduce end) is eq. 5's T(t); :attr:`IterationCost.time_s` adds the broadcast.
+``busy + ⌈log2 N⌉`` transfers after the start. The one exception is a
+:attr:`Schedule.synchronous` schedule (the Ring-Allreduce baseline), a collective
+that starts when its last member is ready, so its reduce ends at
+``max ready + (N-1)`` transfers: eq. 5's worst case f = T_a + T_b, no overlap.
+:attr:`IterationCost.eq5_time_s` (reduce end) is eq. 5's T(t);
+:attr:`IterationCost.sched_latency_s` its scheduler part f(T_a, T_b) = T(t) − T_tr;
+:attr:`IterationCost.time_s` adds the broadcast.
 
 Energy per device = compute power × (training + aggregation time) + radio
 tx/rx power × transfer time (``edgetrain.devices.energy.energy_j``). Eq. 6's
@@ -78,6 +83,19 @@ class IterationCost:
         return self.reduce_end_s
 
     @property
+    def train_time_s(self) -> float:
+        """Eq. 5's T_tr: the local training phase, until the slowest device has trained
+        (the devices train in parallel, so the phase lasts as long as its longest run)."""
+        return max(self.train_s.values()) if self.train_s else 0.0
+
+    @property
+    def sched_latency_s(self) -> float:
+        """Eq. 5's f(T_a, T_b) = T(t) − T_tr: aggregation time and busy latency as the
+        schedule overlaps them, the only part of T(t) a scheduler changes. Bounded by
+        max(T_a, T_b) (full overlap) and T_a + T_b (linear, no overlap: the Ring)."""
+        return self.reduce_end_s - self.train_time_s
+
+    @property
     def energy_variance(self) -> float:
         """Eq. 6 over the devices' aggregation energy (J²)."""
         return energy_variance(self.agg_energy_j)
@@ -104,8 +122,13 @@ def simulate_iteration(
     aggregation: str = "chain",
     link: str = "bluetooth",
     busy_s: float | None = None,
+    reduce_bytes: int | None = None,
 ) -> IterationCost:
-    """Simulate one iteration's clock and energy for the devices in ``schedule``."""
+    """Simulate one iteration's clock and energy for the devices in ``schedule``.
+
+    ``model_bytes`` travel in every broadcast transfer; ``reduce_bytes`` (default
+    ``model_bytes``) in every reduce transfer — more when the chain's partial
+    aggregates travel in float64 (``ChainConfig.wire``)."""
     if aggregation not in ("chain", "neighbor", "central"):
         raise ConfigError(f"unknown aggregation {aggregation!r}; choose chain, neighbor or central")
     devs = list(schedule.devices)
@@ -124,11 +147,17 @@ def simulate_iteration(
     rx = dict.fromkeys(devs, 0)
     link_s = {d: [0.0, 0.0] for d in devs}  # seconds sending, receiving
     avail = dict(ready)
+    if schedule.synchronous and aggregation != "central":
+        # a collective (Ring-Allreduce): nothing moves before every member is ready
+        start_all = max(ready.values())
+        avail = dict.fromkeys(devs, start_all)
 
-    def transfer(src: int, dst: int, start: float) -> float:
-        dt = link_time_s(profiles[src], profiles[dst], model_bytes, link)
-        tx[src] += model_bytes
-        rx[dst] += model_bytes
+    red_bytes = model_bytes if reduce_bytes is None else int(reduce_bytes)
+
+    def transfer(src: int, dst: int, start: float, n_bytes: int = red_bytes) -> float:
+        dt = link_time_s(profiles[src], profiles[dst], n_bytes, link)
+        tx[src] += n_bytes
+        rx[dst] += n_bytes
         link_s[src][0] += dt
         link_s[dst][1] += dt
         return start + dt
@@ -164,7 +193,7 @@ def simulate_iteration(
     for rnd in rounds:
         for p in rnd:
             start = max(avail[p.sender], avail[p.receiver])
-            end = transfer(p.sender, p.receiver, start)
+            end = transfer(p.sender, p.receiver, start, model_bytes)
             avail[p.sender] = end
             avail[p.receiver] = end
     time_s = max(avail.values())

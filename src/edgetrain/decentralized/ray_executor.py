@@ -29,6 +29,8 @@ from edgetrain.decentralized.aggregation import (
     Message,
     ReduceResult,
     pair_aggregate,
+    to_wire,
+    wire_dtype,
 )
 from edgetrain.decentralized.schedule import Schedule
 from edgetrain.errors import ConfigError
@@ -76,15 +78,18 @@ class _Device:
         self.peak = 1
         return seen
 
-    def message(self) -> bytes:
-        """Send (Δw, θ) to the next device; this device leaves the reduce."""
+    def message(self, wire: str = "float32") -> bytes:
+        """Send (Δw, θ) to the next device at the ``wire`` precision; this device
+        leaves the reduce."""
         assert self.msg is not None
-        return to_bytes(self.msg.delta, self.msg.theta)
+        return to_bytes(to_wire(self.msg.delta, wire_dtype(wire)), self.msg.theta)
 
-    def receive(self, blob: bytes, weighted: bool) -> float:
-        """Pair aggregation with an incoming message: eq. 3 (weighted) or NeighborSGD."""
+    def receive(self, blob: bytes, weighted: bool, wire: str = "float32") -> float:
+        """Pair aggregation with an incoming message: eq. 3 (weighted) or NeighborSGD,
+        held at the ``wire`` precision."""
         assert self.msg is not None
         other = from_bytes(blob)
+        self.msg = Message(to_wire(self.msg.delta, wire_dtype(wire)), self.msg.theta)
         self.peak = max(self.peak, 2)
         if weighted:
             self.msg = pair_aggregate(self.msg, other)
@@ -163,8 +168,9 @@ class RayExecutor:
                 continue  # lost device: skipped this iteration
         return out
 
-    def reduce(self, schedule: Schedule, aggregation: str) -> ReduceResult:
-        """Walk the schedule on the actors; the root's aggregate comes back to the MA."""
+    def reduce(self, schedule: Schedule, aggregation: str, wire: str = "float32") -> ReduceResult:
+        """Walk the schedule on the actors; the root's aggregate comes back to the MA
+        (chain/neighbor messages at the ``wire`` precision, cast back at the end)."""
         acts = self.actors
         if aggregation == "central":
             master = schedule.root
@@ -176,12 +182,12 @@ class RayExecutor:
             theta_ref = None
             for p in schedule.pairs:  # actor calls run in submission order per actor
                 theta_ref = acts[p.receiver].receive.remote(
-                    acts[p.sender].message.remote(), weighted
+                    acts[p.sender].message.remote(wire), weighted, wire
                 )
         if theta_ref is not None:
             self.ray.get(theta_ref)
         root = schedule.root
-        msg = from_bytes(self.ray.get(acts[root].message.remote()))
+        msg = from_bytes(self.ray.get(acts[root].message.remote(wire)))
         peak = dict(
             zip(
                 schedule.devices,
@@ -189,6 +195,7 @@ class RayExecutor:
                 strict=True,
             )
         )
+        # at the wire precision; the MA adds it to the global model in the model's dtype
         return ReduceResult(msg.delta, msg.theta, root, peak)
 
     def shutdown(self) -> None:

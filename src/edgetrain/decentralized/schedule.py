@@ -28,10 +28,19 @@ class Pair:
 
 @dataclass(frozen=True)
 class Schedule:
-    """An ordered chain-reduce over ``devices``; validated on construction."""
+    """An ordered chain-reduce over ``devices``; validated on construction.
+
+    ``synchronous``: the reduce is a *collective* that starts only when every device
+    in it is ready (a barrier before the first pair), as a Ring-Allreduce is: every
+    member takes part in its first step (Patarasuk & Yuan, "Bandwidth optimal
+    all-reduce algorithms for clusters of workstations", JPDC 69(2), 2009). False
+    (default): dependency-driven, a pair starts when its two devices are free
+    (Algorithm 1: a device sends as soon as it has trained and the MA named its partner).
+    """
 
     devices: tuple[int, ...]
     pairs: tuple[Pair, ...]
+    synchronous: bool = False
 
     def __post_init__(self) -> None:
         validate_pairs(self.devices, self.pairs)

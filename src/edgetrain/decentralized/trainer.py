@@ -33,7 +33,7 @@ from torch.utils.flop_counter import FlopCounterMode
 from edgetrain import data as edata
 from edgetrain import devices as edevices
 from edgetrain import models as emodels
-from edgetrain.decentralized.aggregation import make_aggregator
+from edgetrain.decentralized.aggregation import WIRE_DTYPES, Aggregator, make_aggregator
 from edgetrain.decentralized.broadcast import resource_score
 from edgetrain.decentralized.chain_scheduler import ChainScheduler
 from edgetrain.decentralized.costs import BUSY_S, energy_variance, link_time_s, simulate_iteration
@@ -76,6 +76,8 @@ class ChainConfig:
     relearn_episodes: int = 60
     first_episodes: int = 300
     catalogue: str = "mdldroid"
+    # precision of the chain/neighbor messages (float64: 2x bytes per reduce transfer)
+    wire: str = "float32"
 
     def check(self) -> None:
         for name, value, allowed in (
@@ -83,6 +85,7 @@ class ChainConfig:
             ("aggregation", self.aggregation, AGGREGATIONS),
             ("setting", self.setting, SETTINGS),
             ("busy", self.busy, BUSY_MODES),
+            ("wire", self.wire, tuple(WIRE_DTYPES)),
         ):
             if value not in allowed:
                 raise ConfigError(f"{name} {value!r} is not one of {', '.join(allowed)}")
@@ -260,8 +263,15 @@ def run_chain(
     dataset: edata.Dataset | None = None,
     progress: Callable[[dict], None] | None = None,
     executor=None,
+    aggregator: Aggregator | None = None,
+    on_iteration: Callable[[int, dict, dict | None], None] | None = None,
 ) -> ChainResult:
     """Train ``cfg.devices`` devices together without a server; see the module doc.
+
+    ``aggregator`` replaces the one ``cfg.aggregation`` names (in-process only; the
+    benchmark's float32-accumulating central control). ``on_iteration(it,
+    global_state, deltas)`` is called after every global update (``deltas`` is None
+    under Ray); the benchmark reads parameter trajectories with it.
 
     ``executor``: ``None``/``"inprocess"`` trains in this process; ``"ray"`` starts
     a :class:`~edgetrain.decentralized.ray_executor.RayExecutor` (one actor per
@@ -282,9 +292,21 @@ def run_chain(
     global_state = {k: v.detach().clone() for k, v in model.state_dict().items()}
     n_params = sum(v.numel() for v in global_state.values() if v.is_floating_point())
     model_bytes = sum(v.numel() * v.element_size() for v in global_state.values())
+    # bytes of one reduce message: the float tensors at the wire precision, never
+    # narrower than the model's own (central's master receives the deltas themselves);
+    # θ (one float per message) is left out
+    wire_size = WIRE_DTYPES[cfg.wire].itemsize if cfg.aggregation != "central" else 0
+    reduce_bytes = sum(
+        v.numel()
+        * (max(wire_size, v.element_size()) if v.is_floating_point() else v.element_size())
+        for v in global_state.values()
+    )
     flops_sample = training_flops_per_sample(model, fleet.in_channels, fleet.length)
-    aggregator = make_aggregator(cfg.aggregation)
-    transfer_s = link_time_s(fleet.profiles[0], fleet.profiles[0], model_bytes, cfg.link)
+    if aggregator is None:
+        aggregator = make_aggregator(cfg.aggregation, cfg.wire)
+    elif executor not in (None, "inprocess"):
+        raise ConfigError("a custom aggregator runs in-process only; drop executor")
+    transfer_s = link_time_s(fleet.profiles[0], fleet.profiles[0], reduce_bytes, cfg.link)
     scheduler = make_scheduler(cfg, busy_delay=cfg.busy_s / max(transfer_s, 1e-9))
     rng = np.random.default_rng(cfg.seed + 7919)
     iters = cfg.epochs * cfg.aggs_per_epoch
@@ -386,7 +408,11 @@ def run_chain(
                 sched = star_schedule(live, master)
             else:
                 sched = scheduler.schedule(live_st)
-            red = ex.reduce(sched, cfg.aggregation) if ex else aggregator.reduce(deltas, sched)
+            red = (
+                ex.reduce(sched, cfg.aggregation, cfg.wire)
+                if ex
+                else aggregator.reduce(deltas, sched)
+            )
             theta_ok = math.isclose(red.theta, len(live))
             ep_theta_ok &= theta_ok
             if cfg.aggregation == "chain" and not theta_ok:
@@ -394,9 +420,13 @@ def run_chain(
                     f"Σθ = {red.theta} != {len(live)} live devices at iteration {it}"
                 )
             global_state = {
-                k: (v + red.aggregate[k]) if v.is_floating_point() else red.aggregate[k].clone()
+                k: (v + red.aggregate[k].to(v.dtype))
+                if v.is_floating_point()
+                else red.aggregate[k].clone()
                 for k, v in global_state.items()
             }
+            if on_iteration:
+                on_iteration(it, global_state, None if ex else deltas)
             cost = simulate_iteration(
                 sched,
                 live_st,
@@ -407,6 +437,7 @@ def run_chain(
                 cfg.aggregation,
                 cfg.link,
                 cfg.busy_s,
+                reduce_bytes=reduce_bytes,
             )
             for d in live:
                 energy[d] += cost.energy_j[d]
