@@ -11,6 +11,10 @@ per round and peak RSS for 1 000 clients x 100 per round, in-process).
     # the rules before round 4: eq. 1's MemStat, no over-commitment, failures known at once
     .venv/bin/python benchmarks/fedhybrid_tta.py --memstat eq1 --overcommit 1 \
         --failure-report immediate --straggler-feedback none
+    # the rules before round 5: Table 4 baselines as per-client plans of one technique,
+    # "without optimizer" with the recompute planner alone
+    .venv/bin/python benchmarks/fedhybrid_tta.py --baseline-plans per_client \
+        --device-plan-generator recompute
 
 Round semantics (defaults, see edgetrain.federated.config): every selector picks
 int(1.3 x k) clients, the round closes at the k-th report or at the deadline (2 x the
@@ -35,6 +39,7 @@ import time
 from edgetrain.config import parse_config
 from edgetrain.federated import FederatedConfig, FederatedServer, build_environment, compare
 from edgetrain.federated.methods import COMPARE_METHODS
+from edgetrain.federated.plans import ON_DEVICE_PLAN_SLOWDOWN
 
 PHONE_CLOCK = {"flops_per_sample": 6.0e8, "model_bytes": 1.36e7}
 PLAN_MODEL = {
@@ -60,7 +65,8 @@ def task_config(
     semantics: dict | None = None,
 ) -> FederatedConfig:
     """The benchmark task; ``semantics`` overrides federated fields (memstat, overcommit,
-    failure_report, deadline_factor, straggler_feedback) to reproduce older behaviour."""
+    failure_report, deadline_factor, straggler_feedback, baseline_plans,
+    baseline_plan_charge, device_plan_generator) to reproduce older behaviour."""
     scale = (
         {"clients": 12, "rounds": 3, "per_round": 4, "samples": 400, "steps": 1}
         if quick
@@ -148,6 +154,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--failure-report", choices=("deadline", "immediate"), default=None)
     ap.add_argument("--deadline-factor", type=float, default=None)
     ap.add_argument("--straggler-feedback", choices=("average", "none"), default=None)
+    ap.add_argument(
+        "--baseline-plans", choices=("uniform", "per_client"), default=None,
+        help="Table 4 baselines: one fleet-wide Melon/Capuchin/GACT plan, or per-client plans",
+    )  # fmt: skip
+    ap.add_argument(
+        "--baseline-plan-charge", choices=("round", "once", "none"), default=None,
+        help="when a uniform baseline's client pays its on-device plan generation",
+    )  # fmt: skip
+    ap.add_argument(
+        "--device-plan-generator", choices=("melon", "recompute"), default=None,
+        help="Fig. 17 'without optimizer': the plan generation clients run on the device",
+    )  # fmt: skip
     args = ap.parse_args(argv)
     semantics = {
         k: v
@@ -157,6 +175,9 @@ def main(argv: list[str] | None = None) -> int:
             "failure_report": args.failure_report,
             "deadline_factor": args.deadline_factor,
             "straggler_feedback": args.straggler_feedback,
+            "baseline_plans": args.baseline_plans,
+            "baseline_plan_charge": args.baseline_plan_charge,
+            "device_plan_generator": args.device_plan_generator,
         }.items()
         if v is not None
     }
@@ -168,6 +189,12 @@ def main(argv: list[str] | None = None) -> int:
         methods = tuple(args.methods.split(","))
         rows, recs = compare(cfg, methods, env=env, extend_factor=args.extend)
         out["tables"][agg] = rows
+        if env.plan_service is not None:  # Table 4 baselines: the fleet-wide plans
+            out["uniform_plans"] = [
+                {**o.to_dict(), "device_plan_s": ON_DEVICE_PLAN_SLOWDOWN * o.plan_s}
+                for (name, _), o in sorted(env.plan_service.table.items())
+                if name in ("melon", "capuchin", "gact")
+            ]
         if agg == "fedprox" and not args.no_ablations:
             done = {r["method"]: (recs[r["method"]], r["wall_s"]) for r in rows if "wall_s" in r}
             abl, _ = compare(
@@ -197,6 +224,11 @@ def main(argv: list[str] | None = None) -> int:
                   f"{'-' if tta is None else f'{tta / 3600:.2f}':>10}"
                   f"{r['rounds']:>8}{r['sim_time_s'] / max(1, r['rounds']):>9.1f}")  # fmt: skip
         print(f"target = Random's best accuracy {100 * rows[0]['target_accuracy']:.2f}%")
+    for u in out.get("uniform_plans", []):
+        print(f"  {u['strategy']:<9} for {u['fraction']:.3f} M_G: demand "
+              f"{u['demand'] if u['demand'] is not None else u['fraction']:.3f} M_G, "
+              f"x{u['overhead_factor']:.2f} per step, {u['micro_batches']} micro-batch(es), "
+              f"{u['device_plan_s']:.1f} s to plan on the device")  # fmt: skip
     for agg, rows in out["ablations"].items():
         print(f"\nFig. 17 ablations (+{agg}): speedup vs Random")
         for r in rows:

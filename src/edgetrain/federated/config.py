@@ -112,6 +112,21 @@ class FederatedSection(_Strict):
     # round_completion_handler: "assign avg reward to explored, but not ran workers"),
     # "none" tells the selector only that it failed
     straggler_feedback: Literal["average", "none"] = "average"
+    # Table 4's baselines (oort+recompute / +swap / +compress): "uniform" -- Melon, Capuchin,
+    # GACT as FedHybrid §5.2-5.3 describes them, one configuration for every client sized
+    # for the fleet's smallest predicted budget, its overhead paid by every client, the plan
+    # generated on each device (edgetrain.federated.baselines); "per_client" -- the rule
+    # before round 5: the server fits a plan of the technique to each client below M_G
+    baseline_plans: Literal["uniform", "per_client"] = "uniform"
+    # when a uniform baseline's client pays its on-device plan generation (ON_DEVICE_PLAN_
+    # SLOWDOWN x the planner's CPU time): "round" -- in every round it trains (each round is
+    # a new local training job; the technique plans at the job's start), "once" -- only the
+    # first time (it caches its plan), "none" -- never
+    baseline_plan_charge: Literal["round", "once", "none"] = "round"
+    # Fig. 17 "without the server optimizer": the plan generation each client runs on its
+    # device for its own budget. "melon" -- Melon's (micro-batching + recompute), as FedHybrid
+    # §5.4 says; "recompute" -- the recompute planner alone (the rule before round 5)
+    device_plan_generator: Literal["melon", "recompute"] = "melon"
 
     @field_validator("method")
     @classmethod

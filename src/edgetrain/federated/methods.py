@@ -8,8 +8,16 @@ memory reading at the round's start as a fixed budget instead of the Memory Budg
 Predictor (eq. 10) and never regenerates its plan (Fig. 17 / Fig. 19(b) baseline);
 ``regenerate`` applies the predictor's plan-regeneration rule mid-round (FedHybrid's
 local engine only). ``optimizer`` False removes the server-side graph optimizer: each
-client makes its own plan on the device with Melon's plan generation (``recompute``) for
-its exact budget, and pays the on-device generation time (FedHybrid §5.4).
+client makes its own plan on the device with Melon's plan generation (micro-batches +
+recompute, :func:`edgetrain.federated.baselines.melon_exact`; ``federated.
+device_plan_generator = "recompute"`` restores the recompute planner alone) for its exact
+budget, and pays the on-device generation time (FedHybrid §5.4).
+``uniform`` marks Table 4's memory-technique baselines: with ``federated.baseline_plans =
+"uniform"`` (default) each runs as the baseline system it stands for -- Melon (recompute +
+micro-batching), Capuchin (swap + recompute), GACT (compress every layer, adaptive bits) --
+in one configuration for every client, generated on every device
+(:mod:`edgetrain.federated.baselines`); ``"per_client"`` restores the earlier rule (a plan of
+that one technique fitted to each client's budget by the server's plan service).
 """
 
 from __future__ import annotations
@@ -24,6 +32,7 @@ class MethodSpec:
     predictor: bool = True
     regenerate: bool = False
     optimizer: bool = True
+    uniform: bool = False
 
 
 METHODS: dict[str, MethodSpec] = {
@@ -31,9 +40,9 @@ METHODS: dict[str, MethodSpec] = {
     "oort": MethodSpec("oort", "none"),
     "fedhybrid": MethodSpec("fedhybrid", "hybrid", regenerate=True),
     "heterofl": MethodSpec("random", "heterofl"),
-    "oort+recompute": MethodSpec("oort", "recompute"),
-    "oort+swap": MethodSpec("oort", "swap"),
-    "oort+compress": MethodSpec("oort", "compress"),
+    "oort+recompute": MethodSpec("oort", "recompute", uniform=True),  # Oort + Melon
+    "oort+swap": MethodSpec("oort", "swap", uniform=True),  # Oort + Capuchin
+    "oort+compress": MethodSpec("oort", "compress", uniform=True),  # Oort + GACT
     # Fig. 17 ablations
     "fedhybrid-noselector": MethodSpec("random", "hybrid", regenerate=True),
     "fedhybrid-nooptimizer": MethodSpec("fedhybrid", "recompute", regenerate=True, optimizer=False),

@@ -54,6 +54,15 @@ class PlanOutcome:
     # client's local training passes through that codec (edgetrain.federated.local)
     compress_share: dict[str, float] = field(default_factory=dict)
     plan_s: float = 0.0  # measured planner seconds (CPU of this host) for this plan
+    # uniform baselines (edgetrain.federated.baselines): Melon's micro-batch count, and the
+    # predicted demand (fraction of M_G) when it differs from the fraction planned for
+    micro_batches: int = 1
+    demand: float | None = None
+
+    @property
+    def demand_fraction(self) -> float:
+        """The memory (fraction of M_G) a client training under this plan uses."""
+        return self.fraction if self.demand is None else self.demand
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -64,6 +73,8 @@ class PlanOutcome:
             "decisions": dict(self.decisions),
             "compress_share": dict(self.compress_share),
             "plan_s": self.plan_s,
+            "micro_batches": self.micro_batches,
+            "demand": self.demand,
         }
 
 
@@ -98,6 +109,10 @@ class PlanService:
         self.cache_hits = 0
         self.profile_s = 0.0
         self.plan_s = 0.0
+        # Melon's measured micro-batch cost (edgetrain.federated.baselines), once per service
+        self.micro_batch_eff: dict[int, float] | None = None
+        # recompute's smallest reachable fraction and its CPU seconds (Melon's search)
+        self.melon_floor: tuple[float, float] | None = None
 
     # -- profiling and planning -----------------------------------------------------------
     def profile(self, strategy: str) -> ModelProfile:
@@ -195,6 +210,8 @@ class PlanService:
                 float(r["overhead_factor"]), dict(r.get("decisions") or {}),
                 compress_share={k: float(v) for k, v in (r.get("compress_share") or {}).items()},
                 plan_s=float(r.get("plan_s", 0.0)),
+                micro_batches=int(r.get("micro_batches", 1)),
+                demand=None if r.get("demand") is None else float(r["demand"]),
             )  # fmt: skip
             self.table[(o.strategy, round(o.fraction, 6))] = o
 

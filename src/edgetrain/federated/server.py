@@ -6,7 +6,9 @@ One round (FedHybrid §4.1 workflow):
 2. the selector picks ``int(overcommit x k)`` clients (over-commitment, FedScale's
    ``--overcommitment`` default 1.3; identical for every selector);
 3. each selected client gets the model and, under a plan technique, an execution plan
-   from the :class:`~edgetrain.federated.plans.PlanService` (clustered, cached);
+   from the :class:`~edgetrain.federated.plans.PlanService` (clustered, cached); Table 4's
+   baselines (Oort + Melon / Capuchin / GACT) instead run one fleet-wide plan on every
+   client, generated on each device (:mod:`edgetrain.federated.baselines`);
 4. its memory outcome decides how it trains (fits / planned / over budget under page
    reclaim / killed above physical memory — :mod:`edgetrain.sim.memory`); its budget for
    the round comes from an app-usage memory trace, predicted by eq. 10 (with FedHybrid's
@@ -45,6 +47,7 @@ import torch
 from edgetrain.engine.trainer import evaluate
 from edgetrain.errors import ConfigError
 from edgetrain.federated.aggregators import Aggregator, make_aggregator
+from edgetrain.federated.baselines import melon_exact, uniform_fraction, uniform_plan
 from edgetrain.federated.environment import Environment
 from edgetrain.federated.methods import METHODS, MethodSpec
 from edgetrain.federated.plans import ON_DEVICE_PLAN_SLOWDOWN, PlanOutcome, PlanService
@@ -155,10 +158,17 @@ class FederatedServer:
             if env.plan_service is None:
                 env.plan_service = make_plan_service(env)
             self.plans = env.plan_service
+        # Table 4's baselines as the systems they stand for: one fleet-wide plan
+        self.uniform_plan: PlanOutcome | None = None
+        self.uniform_target: float | None = None
         if self.plans is not None and tech in ("hybrid", "recompute", "compress", "swap"):
             if run_dir is not None and (run_dir.path / "plans.json").exists():
                 self.plans.load_json(json.loads((run_dir.path / "plans.json").read_text()))
-            self.plans.precompute(tech)
+            if self.method.uniform and fcfg.baseline_plans == "uniform":
+                self.uniform_target = uniform_fraction(env.budgets, env.m_g)
+                self.uniform_plan = uniform_plan(self.plans, tech, self.uniform_target)
+            else:
+                self.plans.precompute(tech)
             if run_dir is not None:
                 run_dir.write_json("plans.json", self.plans.to_json())
         self._plans_written = len(self.plans.table) if self.plans is not None else 0
@@ -254,15 +264,32 @@ class FederatedServer:
             )
             demand = width * env.m_g
             outcome = "submodel" if width < 1.0 else "fit"
+        elif self.uniform_plan is not None:
+            # Table 4 baseline: the one fleet-wide plan, on every client, generated on the
+            # device (edgetrain.federated.baselines)
+            plan = self.uniform_plan
+            charge = f.baseline_plan_charge
+            if charge == "round" or (charge == "once" and not st.local_plan):
+                device_plan_s = ON_DEVICE_PLAN_SLOWDOWN * plan.plan_s
+            st.local_plan = True
+            if plan.feasible:
+                demand = plan.demand_fraction * env.m_g
+                overhead, outcome = plan.overhead_factor, "planned"
         elif tech != "none" and env.m_g > believed:
             assert self.plans is not None
             if self.method.optimizer:
                 plan = self.plans.plan_for(tech, believed / env.m_g, cls)
-            else:  # the client plans for itself, on the device (Melon's generation)
+            elif f.device_plan_generator == "melon":
+                # the client plans for itself, on the device, with Melon's plan generation
+                # (micro-batches + recompute; FedHybrid §5.4), paying Fig. 20(c)'s 9x
+                plan = melon_exact(self.plans, believed / env.m_g)
+                device_plan_s = ON_DEVICE_PLAN_SLOWDOWN * plan.plan_s
+            else:  # the earlier rule: the recompute planner alone, on the device
                 plan = self.plans.plan_exact(tech, believed / env.m_g)
                 device_plan_s = ON_DEVICE_PLAN_SLOWDOWN * plan.plan_s
             if plan.feasible:
-                demand, overhead, outcome = plan.fraction * env.m_g, plan.overhead_factor, "planned"
+                demand = plan.demand_fraction * env.m_g
+                overhead, outcome = plan.overhead_factor, "planned"
         if demand > env.hard_limits[cid]:
             st.kills += 1
             return ClientRound(cid, "killed", width, overhead, 1.0, None, plan, pre_regen)
@@ -543,7 +570,7 @@ def _codec_share(c: ClientRound) -> tuple[tuple[str, float], ...]:
     under that plan."""
     if c.plan is None or not c.plan.feasible or c.outcome not in ("planned", "pressure"):
         return ()
-    if c.plan.fraction >= 1.0:
+    if c.plan.demand_fraction >= 1.0:
         return ()
     return tuple(sorted(c.plan.compress_share.items()))
 

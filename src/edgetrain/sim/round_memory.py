@@ -65,6 +65,8 @@ class ClientMemoryState:
     regenerations: int = 0
     # without the predictor: the reading of its first round, kept as a fixed budget
     static_budget: float | None = None
+    # a uniform baseline's client has generated its plan on the device before
+    local_plan: bool = False
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -73,6 +75,7 @@ class ClientMemoryState:
             "kills": self.kills,
             "regenerations": self.regenerations,
             "static_budget": self.static_budget,
+            "local_plan": self.local_plan,
         }
 
     @classmethod
@@ -84,6 +87,7 @@ class ClientMemoryState:
             int(d.get("kills", 0)),
             int(d.get("regenerations", 0)),
             None if d.get("static_budget") is None else float(d["static_budget"]),
+            bool(d.get("local_plan", False)),
         )
 
 
