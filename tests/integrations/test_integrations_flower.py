@@ -145,3 +145,15 @@ def test_bad_strategy_arguments_name_the_field():
         )
     with pytest.raises(ConfigError, match="m_g"):
         EdgetrainStrategy(RandomSelector(), FedAvg(), clients_per_round=1, m_g=0.0)
+
+
+def test_uniform_table4_baselines_are_refused_with_the_accepted_alternative(env):
+    from edgetrain.integrations.flower.simulation import make_strategy
+
+    with pytest.raises(ConfigError, match="baseline_plans: per_client"):
+        make_strategy(CFG, env, "oort+recompute")
+    per_client = CFG.model_copy(
+        update={"federated": CFG.federated.model_copy(update={"baseline_plans": "per_client"})}
+    )
+    strategy = make_strategy(per_client, env, "oort+recompute")
+    assert strategy.plan_service is not None

@@ -99,6 +99,16 @@ def make_strategy(
             f"ship; use a method whose technique is none or one of {PLAN_TECHNIQUES}"
         )
     f = cfg.federated
+    if spec.uniform and f.baseline_plans == "uniform":
+        # Table 4's baselines run as fleet-wide systems (Melon's micro-batches, plans made and
+        # paid for on the device: edgetrain.federated.baselines); Flower nodes execute one
+        # shipped per-client plan and do neither, so they would run a different baseline.
+        raise ConfigError(
+            f"method {method!r} is a Table 4 baseline applied uniformly "
+            "(federated.baseline_plans: uniform), which only the in-process and Ray "
+            "runtimes execute; on Flower set federated.baseline_plans: per_client "
+            "(Oort with per-client plans) or use edgetrain federate"
+        )
     opts: dict[str, Any] = {}
     if f.aggregator == "fedprox":
         opts = {"mu": f.mu}
