@@ -76,7 +76,7 @@ from edgetrain.engine.budget import (
     plan_candidates,
     profile_model,
 )
-from edgetrain.engine.budget.accountant import model_state_tensors
+from edgetrain.engine.budget.accountant import model_state_tensors, peak_rss_bytes
 from edgetrain.engine.budget.autotune import autotune
 from edgetrain.engine.budget.runner import codecs_for, max_grad_diff, measure_steps, none_plan
 from edgetrain.errors import BudgetError, ConfigError
@@ -158,7 +158,8 @@ class _Compiled:
 
 
 def _interleaved(model, entries, inputs, loss_fn, repeats, seed=0):
-    """Each entry ``repeats`` times (+1 warm-up), interleaved, from the same state.
+    """Each entry ``repeats`` times (+1 warm-up), interleaved, from the same state; the
+    order rotates by one entry every repeat (position in the round is not constant).
 
     ``entries`` maps a name to an :class:`ExecutionPlan` (run by
     :class:`PlanExecutor` exactly as :func:`measure_steps` does, simulated swap I/O
@@ -173,7 +174,10 @@ def _interleaved(model, entries, inputs, loss_fn, repeats, seed=0):
     for r in range(repeats + 1):  # r == 0: warm-up (and compilation), not timed
         if r == 1:
             warm_compiles = {k: e.compiles for k, e in entries.items() if isinstance(e, _Compiled)}
-        for name, entry in entries.items():
+        names = list(entries)
+        # rotate the order every repeat: no entry always runs first / after the same one
+        for name in names[r % len(names) :] + names[: r % len(names)]:
+            entry = entries[name]
             model.load_state_dict(state)
             model.zero_grad(set_to_none=True)
             acc = MemoryAccountant(exclude=model_state_tensors(model))
@@ -237,7 +241,7 @@ def _round_ratios(model, entries, inputs, loss_fn, repeats, rounds):
 
 
 def bench_model(name, batch, budgets, repeats, mincut, log, rounds=1, rounds_at=None,
-                methods=METHODS, rows_path=None, tune=False):  # fmt: skip
+                methods=METHODS, rows_path=None, tune=False, ckpt_all=True):  # fmt: skip
     """Measure every budget; ``rows_path`` (JSON lines) gets each budget's rows as soon as
     they are measured, so a run that dies later (e.g. out of memory) keeps them.
 
@@ -356,17 +360,58 @@ def bench_model(name, batch, budgets, repeats, mincut, log, rounds=1, rounds_at=
                 for row in rows:
                     if row["budget"] == frac:
                         f.write(json.dumps({**row, "unplanned_peak_bytes": unplanned}) + "\n")
-    wrap, unwrap = _ckpt_all([u.name for u in prof.units])
-    none_t, _, none_g = _timed_steps(model, inputs, loss_fn, repeats)
-    t, peak, grads = _timed_steps(model, inputs, loss_fn, repeats, wrap)
-    unwrap(model)
-    row = {"model": name, "batch": batch, "budget": None, "method": "ckpt-all", "feasible": True,
-           "ratio": t / none_t, "measured_peak": peak, "measured_peak_frac": peak / unplanned,
-           "grad_err": max_grad_diff(grads, none_g)}  # fmt: skip
-    rows.append(row)
-    log("  ckpt-all (every block): " + _brief(row))
+    if ckpt_all:
+        wrap, unwrap = _ckpt_all([u.name for u in prof.units])
+        none_t, _, none_g = _timed_steps(model, inputs, loss_fn, repeats)
+        t, peak, grads = _timed_steps(model, inputs, loss_fn, repeats, wrap)
+        unwrap(model)
+        row = {"model": name, "batch": batch, "budget": None, "method": "ckpt-all",
+               "feasible": True, "ratio": t / none_t, "measured_peak": peak,
+               "measured_peak_frac": peak / unplanned,
+               "grad_err": max_grad_diff(grads, none_g)}  # fmt: skip
+        rows.append(row)
+        log("  ckpt-all (every block): " + _brief(row))
     return {"model": name, "batch": batch, "unplanned_peak_bytes": unplanned, "rows": rows,
-            "min_feasible_frac": {m: v / unplanned for m, v in mins.items()}}  # fmt: skip
+            "min_feasible_frac": {m: v / unplanned for m, v in mins.items()},
+            "peak_rss_bytes": peak_rss_bytes()}  # fmt: skip
+
+
+def _fresh_process_runs(spec, budgets, argv, out, log):
+    """Each budget in its own child process (same options, ``--budgets`` one value).
+
+    A process that interleaves compiled steps grew in RSS by about 2 GB per budget
+    (a MobileNetV2 run was killed by the OOM killer at 24 GB in its 4th budget) even
+    with dynamo reset between budgets; a child per budget returns all of it to the
+    OS.  Each child profiles afresh (its plans come from its own profile, which
+    :func:`profile_model` makes stable between processes).  The children's rows are
+    merged; ``peak_rss_bytes`` is the largest child's.  The last child also measures
+    ``ckpt-all``.
+    """
+    import subprocess
+
+    merged = None
+    for i, frac in enumerate(budgets):
+        cmd = [sys.executable, str(Path(__file__).resolve()), *argv, "--models", spec,
+               "--budgets", str(frac), "--json", "--out", str(out), "--child"]  # fmt: skip
+        if i < len(budgets) - 1:
+            cmd.append("--no-ckpt-all")
+        t0 = time.perf_counter()
+        proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
+        for line in proc.stderr.splitlines():
+            log(line)
+        if proc.returncode != 0:
+            raise RuntimeError(f"child for budget {frac} failed ({proc.returncode}): "
+                               f"{proc.stderr[-2000:]}")  # fmt: skip
+        (res,) = json.loads(proc.stdout)
+        log(f"  [{spec} {frac}] child peak RSS {res['peak_rss_bytes'] / 1e9:.2f} GB, "
+            f"{time.perf_counter() - t0:.0f}s")  # fmt: skip
+        if merged is None:
+            merged = {**res, "child_peak_rss_bytes": []}
+        else:
+            merged["rows"] += res["rows"]
+            merged["peak_rss_bytes"] = max(merged["peak_rss_bytes"], res["peak_rss_bytes"])
+        merged["child_peak_rss_bytes"].append(res["peak_rss_bytes"])
+    return merged
 
 
 def accuracy_check(model_name, dataset, frac, epochs, batch, lr, seed, log, **model_opts):
@@ -474,6 +519,24 @@ def plot(result, out: Path):
     return path
 
 
+def _strip_options(argv, valued, flags):
+    """``argv`` without the options in ``valued`` (and their values) and ``flags``."""
+    out, skip = [], False
+    for a in argv:
+        if skip:
+            skip = False
+            continue
+        name = a.split("=", 1)[0]
+        if name in valued:
+            skip = "=" not in a
+            continue
+        if name in flags or name in ("--repeats", "--rounds-at"):
+            skip = name in ("--repeats", "--rounds-at") and "=" not in a
+            continue
+        out.append(a)
+    return out
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true")
@@ -504,6 +567,14 @@ def main(argv=None) -> int:
         help="add hybrid-tuned: hybrid's candidate plans timed, the fastest measured "
         "(tuning steps not counted; tuning wall time reported as tune_s)",
     )
+    ap.add_argument(
+        "--fresh-process",
+        action="store_true",
+        help="run each budget in its own child process (bounds the RSS growth of the "
+        "compiled min-cut entries; each child profiles afresh)",
+    )
+    ap.add_argument("--no-ckpt-all", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--out", default=None, help="folder for PNGs (default: a temp folder)")
     ap.add_argument("--json", action="store_true")
     ap.add_argument(
@@ -551,11 +622,21 @@ def main(argv=None) -> int:
         name, batch = spec.split(":")
         budgets = [float(b) for b in args.budgets.split(",")]
         rounds_at = [float(b) for b in args.rounds_at.split(",")] if args.rounds_at else None
-        res = bench_model(
-            name, int(batch), budgets, args.repeats, not args.no_mincut, log,
-            rounds=max(args.rounds, 1), rounds_at=rounds_at, methods=methods,
-            rows_path=out / f"rows_{name}.jsonl", tune=args.autotune,
-        )  # fmt: skip
+        if args.fresh_process and not args.child:
+            child_argv = [a for a in (argv if argv is not None else sys.argv[1:])]
+            child_argv = _strip_options(child_argv, ("--models", "--budgets", "--out"),
+                                        ("--json", "--fresh-process", "--quick"))  # fmt: skip
+            child_argv += ["--repeats", str(args.repeats)]
+            if args.rounds_at:
+                child_argv += ["--rounds-at", args.rounds_at]
+            res = _fresh_process_runs(spec, budgets, child_argv, out, log)
+        else:
+            res = bench_model(
+                name, int(batch), budgets, args.repeats, not args.no_mincut, log,
+                rounds=max(args.rounds, 1), rounds_at=rounds_at, methods=methods,
+                rows_path=out / f"rows_{name}.jsonl", tune=args.autotune,
+                ckpt_all=not args.no_ckpt_all,
+            )  # fmt: skip
         res["png"] = str(plot(res, out))
         log(f"  plot: {res['png']}")
         results.append(res)

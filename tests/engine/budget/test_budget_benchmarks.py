@@ -87,3 +87,28 @@ def test_budget_overhead_rejects_unknown_method(tmp_path):
     mod = _load("budget_overhead")
     with pytest.raises(ConfigError, match="expected a comma-separated subset of recompute"):
         mod.main(["--quick", "--out", str(tmp_path), "--methods", "hybrid,mincutt"])
+
+
+def test_budget_overhead_fresh_process_per_budget(capsys, tmp_path):
+    """``--fresh-process`` runs each budget in a child process and merges the rows."""
+    mod = _load("budget_overhead")
+    argv = ["--quick", "--json", "--out", str(tmp_path), "--no-mincut", "--methods", "recompute"]
+    assert mod.main([*argv, "--fresh-process"]) == 0
+    (model,) = json.loads(capsys.readouterr().out)
+    assert [(r["budget"], r["method"]) for r in model["rows"]] == [
+        (0.9, "recompute"),
+        (0.7, "recompute"),
+        (None, "ckpt-all"),  # measured once, by the last child
+    ]
+    assert len(model["child_peak_rss_bytes"]) == 2
+    assert model["peak_rss_bytes"] == max(model["child_peak_rss_bytes"]) > 0
+    assert all(r["within_budget"] for r in model["rows"] if r["budget"] is not None)
+    # the children appended their rows as they measured them
+    lines = (tmp_path / "rows_ds-cnn.jsonl").read_text().splitlines()
+    assert [json.loads(x)["budget"] for x in lines] == [0.9, 0.7]
+
+
+def test_strip_options_drops_values_and_flags():
+    mod = _load("budget_overhead")
+    argv = ["--quick", "--models", "a:1", "--budgets=0.5", "--repeats", "3", "--json", "--x"]
+    assert mod._strip_options(argv, ("--models", "--budgets"), ("--json", "--quick")) == ["--x"]

@@ -220,3 +220,54 @@ def test_attention_core_recompute_is_exact_and_frees_the_softmax():
     budget = int((p0 + pred) / 2)
     q = plan(prof, budget, "recompute")
     assert q.predicted_peak_bytes <= budget
+
+
+class _Relu6Net(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.c1, self.b1, self.a1 = nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU6()
+        self.c2, self.b2, self.a2 = nn.Conv2d(8, 16, 3, padding=1), nn.BatchNorm2d(16), nn.ReLU6()
+        self.head = nn.Linear(16, 3)
+
+    def forward(self, x):
+        x = self.a1(self.b1(self.c1(x)))
+        x = self.a2(self.b2(self.c2(x)))
+        return self.head(x.mean((2, 3)))
+
+
+def test_mask_costs_come_from_the_step_split_by_bytes(monkeypatch):
+    """The masks' cost is their measured in-step overhead (cached), split by bytes, never
+    below the isolated per-op measurement; profiling leaves the model as it was."""
+    from edgetrain.engine.budget import profile_model
+    from edgetrain.engine.budget import runner as runner_mod
+
+    torch.manual_seed(0)
+    model = _Relu6Net()
+    gen = torch.Generator().manual_seed(1)
+    x, y = torch.randn(4, 3, 16, 16, generator=gen), torch.randint(0, 3, (4,), generator=gen)
+
+    def loss_fn(out):
+        return nn.functional.cross_entropy(out, y)
+
+    state = {k: v.clone() for k, v in model.state_dict().items()}
+    regen_mod.clear_cost_cache()
+    iso = profile_model(model, (x,), loss_fn, repeats=1, in_situ_steps=0)
+    after_iso = {k: v.clone() for k, v in model.state_dict().items()}  # its forward moved BN
+    model.load_state_dict(state)
+    calls = []
+    real = runner_mod.measure_steps
+    monkeypatch.setattr(
+        runner_mod, "measure_steps", lambda *a, **k: calls.append(1) or real(*a, **k)
+    )
+    prof = profile_model(model, (x,), loss_fn, repeats=1, in_situ_steps=2)
+    assert len(calls) == 1 and len(prof.masks) == 2
+    # the in-step measurement leaves weights and buffers as the profile alone leaves them
+    assert all(torch.equal(v, after_iso[k]) for k, v in model.state_dict().items())
+    assert all(p.grad is None for p in model.parameters())
+    total = sum(m.cost_s for m in prof.masks)
+    assert total >= sum(m.cost_s for m in iso.masks) - 1e-12  # the isolated sum is a floor
+    per_byte = {round(m.cost_s / m.nbytes, 15) for m in prof.masks}
+    assert len(per_byte) == 1  # split by bytes
+    profile_model(model, (x,), loss_fn, repeats=1, in_situ_steps=2)
+    assert len(calls) == 1  # same model, masks and input shapes: cached
+    regen_mod.clear_cost_cache()

@@ -1,9 +1,10 @@
 """Measured plan selection (autotune): time every candidate plan, keep the fastest.
 
-``plan()`` keeps the greedy walk with the lowest *predicted* overhead, but predicted
-regeneration costs are off by about 2x on a real CPU (page faults and allocator
-effects that a per-candidate cost cannot see), so hybrid sometimes ran slower than
-recompute's own plan.  Like torch.compile's max-autotune, :func:`autotune` instead
+``plan()`` keeps the greedy walk with the lowest *predicted* overhead (near-ties go to
+fewer recomputations), but predicted per-decision costs do not add up to a step's
+measured overhead on a real CPU (allocator and memory-traffic effects that a
+per-candidate cost cannot see), so hybrid sometimes ran slower than recompute's own
+plan.  Like torch.compile's max-autotune, :func:`autotune` instead
 runs each feasible candidate (:func:`plan_candidates`) for a few real training steps
 with the same executor and timing as the benchmarks (:func:`measure_steps`:
 interleaved rounds, one warm-up, process CPU time) and returns the one with the

@@ -101,7 +101,11 @@ def measure_steps(
         k: {"times": [], "wall": [], "peak": 0, "grads": None, "loss": None} for k in plans
     }
     for r in range(repeats + 1):  # first round is a warm-up (timing discarded)
-        for name, p in plans.items():
+        names = list(plans)
+        # the order rotates every repeat, so no plan always runs first or right after
+        # the same other plan (the allocator state a step leaves affects the next one)
+        for name in names[r % len(names) :] + names[: r % len(names)]:
+            p = plans[name]
             model.load_state_dict(state)
             model.zero_grad(set_to_none=True)
             acc = MemoryAccountant(exclude=model_state_tensors(model))
