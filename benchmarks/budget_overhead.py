@@ -379,10 +379,10 @@ def bench_model(name, batch, budgets, repeats, mincut, log, rounds=1, rounds_at=
 def _fresh_process_runs(spec, budgets, argv, out, log):
     """Each budget in its own child process (same options, ``--budgets`` one value).
 
-    A process that interleaves compiled steps grew in RSS by about 2 GB per budget
-    (a MobileNetV2 run was killed by the OOM killer at 24 GB in its 4th budget) even
-    with dynamo reset between budgets; a child per budget returns all of it to the
-    OS.  Each child profiles afresh (its plans come from its own profile, which
+    Processes once grew by gigabytes per budget (a MobileNetV2 run was OOM-killed at
+    24 GB); the cause was the executor's recompute path leaking recomputed activations
+    (fixed), but a child per budget still bounds whatever compiled entries keep and
+    returns it to the OS.  Each child profiles afresh (its plans come from its own profile, which
     :func:`profile_model` makes stable between processes).  The children's rows are
     merged; ``peak_rss_bytes`` is the largest child's.  The last child also measures
     ``ckpt-all``.
