@@ -60,7 +60,7 @@ from edgetrain.engine.budget.mask import (
     fast_maskable,
     masked_call,
 )
-from edgetrain.engine.budget.plan import ExecutionPlan
+from edgetrain.engine.budget.plan import ExecutionPlan, UnitDecision
 from edgetrain.engine.budget.profile import MASKABLE, MIN_COMPRESS_NUMEL, mask_range
 from edgetrain.engine.budget.regen import regenerate
 from edgetrain.engine.budget.swap import IoContentionModel, swap_in, swap_out
@@ -179,8 +179,25 @@ class PlanExecutor:
         def in_recomputed(n: str) -> bool:
             return any(r == "" or n == r or n.startswith(r + ".") for r in recomputed)
 
+        # A lossy codec must not hold what a ReLU-family backward reads only through a
+        # predicate (``lo < x < hi``, ``y > 0``): a value within the error bound of a
+        # threshold decodes to its other side (ReLU6: x in (0, eb] -> 0) and its whole
+        # gradient is lost or passed, an error not bounded by eb (MobileNetV2 b32 at
+        # 0.25: 7% of one ReLU6's elements, max |grad error| 0.56 instead of 0.02).
+        # So every maskable leaf of a compressed unit holds the exact 1-bit mask (1/32
+        # of float32, below the codec's size) unless the plan already masks it.
+        masked = {u.name for u in self.plan.units if u.decision == "mask"}
+        auto: dict[str, UnitDecision] = {}
+        for u in self.plan.units:
+            if u.decision == "compress" and u.name in names:
+                for n, leaf in names[u.name].named_modules(prefix=u.name):
+                    if n not in masked and mask_range(leaf) is not None:
+                        auto[n] = UnitDecision(n, "mask")
         # units first, then masks, regen last: wrappers compose on one module
-        order = sorted(self.plan.units, key=lambda u: {"regen": 2, "mask": 1}.get(u.decision, 0))
+        order = sorted(
+            [*self.plan.units, *auto.values()],
+            key=lambda u: {"regen": 2, "mask": 1}.get(u.decision, 0),
+        )
         for u in order:
             if u.decision == "keep":
                 continue
