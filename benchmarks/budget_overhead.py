@@ -78,7 +78,14 @@ from edgetrain.engine.budget import (
 )
 from edgetrain.engine.budget.accountant import model_state_tensors, peak_rss_bytes
 from edgetrain.engine.budget.autotune import autotune
-from edgetrain.engine.budget.runner import codecs_for, max_grad_diff, measure_steps, none_plan
+from edgetrain.engine.budget.runner import (
+    codecs_for,
+    max_grad_diff,
+    measure_steps,
+    none_plan,
+    step_order,
+)
+from edgetrain.engine.budget.stats import paired_summary
 from edgetrain.errors import BudgetError, ConfigError
 
 METHODS = ("recompute", "compress", "swap", "hybrid")
@@ -157,11 +164,26 @@ class _Compiled:
         return self.fn(*a)
 
 
-def _interleaved(model, entries, inputs, loss_fn, repeats, seed=0):
-    """Each entry ``repeats`` times (+1 warm-up), interleaved, from the same state; the
-    order rotates by one entry every repeat (position in the round is not constant).
+#: entry for plain PyTorch training (:func:`_interleaved`): what a user runs without us
+BARE = "bare"
 
-    ``entries`` maps a name to an :class:`ExecutionPlan` (run by
+
+class _Unaccounted:
+    """An entry running ``plan`` with ``PlanExecutor(account=False)``: no Python hook on
+    kept tensors (the executor's training mode); its peak is not measured."""
+
+    def __init__(self, plan) -> None:
+        self.plan = plan
+
+
+def _interleaved(model, entries, inputs, loss_fn, repeats, seed=0, order_seed=0):
+    """Each entry ``repeats`` times (+1 warm-up), interleaved, from the same state; the
+    order is a fresh seeded permutation every repeat (:func:`step_order`: no entry has
+    a constant position or predecessor).
+
+    ``entries`` maps a name to :data:`BARE` (the model's own forward + loss + backward:
+    no executor, no saved-tensor hooks, no accountant; its peak is not measured), to an
+    :class:`ExecutionPlan` (run by
     :class:`PlanExecutor` exactly as :func:`measure_steps` does, simulated swap I/O
     time included) or to a :class:`_Compiled` runner (forward + loss + backward
     under the same accountant).  Every step is timed on the same clocks: process
@@ -174,23 +196,27 @@ def _interleaved(model, entries, inputs, loss_fn, repeats, seed=0):
     for r in range(repeats + 1):  # r == 0: warm-up (and compilation), not timed
         if r == 1:
             warm_compiles = {k: e.compiles for k, e in entries.items() if isinstance(e, _Compiled)}
-        names = list(entries)
-        # rotate the order every repeat: no entry always runs first / after the same one
-        for name in names[r % len(names) :] + names[: r % len(names)]:
+        for name in step_order(list(entries), r, order_seed):
             entry = entries[name]
             model.load_state_dict(state)
             model.zero_grad(set_to_none=True)
             acc = MemoryAccountant(exclude=model_state_tensors(model))
             torch.manual_seed(seed)
             io_s = 0.0
-            if isinstance(entry, _Compiled):
+            if entry is BARE:  # plain PyTorch: no executor, no hooks, nothing measured
+                c0, h0, t0 = time.process_time(), time.thread_time(), time.perf_counter()
+                loss_fn(model(*inputs)).backward()
+                c1, h1, t1 = time.process_time(), time.thread_time(), time.perf_counter()
+            elif isinstance(entry, _Compiled):
                 with acc.track():
                     c0, h0, t0 = time.process_time(), time.thread_time(), time.perf_counter()
                     loss = loss_fn(entry(*inputs))
                     loss.backward()
                     c1, h1, t1 = time.process_time(), time.thread_time(), time.perf_counter()
             else:
-                with PlanExecutor(model, entry, accountant=acc) as ex:
+                unacc = isinstance(entry, _Unaccounted)
+                p_ = entry.plan if unacc else entry
+                with PlanExecutor(model, p_, accountant=acc, account=not unacc) as ex:
                     c0, h0, t0 = time.process_time(), time.thread_time(), time.perf_counter()
                     ex.step(inputs, loss_fn)
                     c1, h1, t1 = time.process_time(), time.thread_time(), time.perf_counter()
@@ -220,12 +246,14 @@ def _round_ratios(model, entries, inputs, loss_fn, repeats, rounds):
     medians vs ``none`` (process CPU, thread CPU, wall) and ``mincut``'s vs
     ``mincut-free``.  Returns (first round's result, {entry: {clock: [ratio per
     round]}}, {entry: max peak over rounds}, {entry: recompiles in timed steps})."""
-    ratios = {k: {"cpu": [], "thread": [], "wall": [], "vs_free": []} for k in entries}
+    ratios = {k: {"cpu": [], "thread": [], "wall": [], "vs_free": [], "vs_recompute": [],
+                  "step_vs_none": [], "step_vs_recompute": []}
+              for k in entries}  # fmt: skip
     peaks = dict.fromkeys(entries, 0)
     recompiles = dict.fromkeys(entries, 0)
     first = None
-    for _ in range(rounds):
-        res = _interleaved(model, entries, inputs, loss_fn, repeats)
+    for i in range(rounds):
+        res = _interleaved(model, entries, inputs, loss_fn, repeats, order_seed=i)
         first = first or res
         med = {k: {c: statistics.median(r[c]) for c in ("times", "thread", "wall")}
                for k, r in res.items()}  # fmt: skip
@@ -235,20 +263,38 @@ def _round_ratios(model, entries, inputs, loss_fn, repeats, rounds):
             ratios[k]["wall"].append(med[k]["wall"] / med["none"]["wall"])
             if k == "mincut" and "mincut-free" in res:
                 ratios[k]["vs_free"].append(med[k]["times"] / med["mincut-free"]["times"])
+            # per repeat: step j of every entry ran within the same repeat (seconds apart)
+            ratios[k]["step_vs_none"] += [a / b for a, b in zip(r["times"], res["none"]["times"],
+                                                                  strict=True)]  # fmt: skip
+            if k not in ("none", "aa", "bare", "none-fast", "recompute") and "recompute" in res:
+                # paired: both plans ran in the same interleaved steps of this round
+                ratios[k]["vs_recompute"].append(med[k]["times"] / med["recompute"]["times"])
+                ratios[k]["step_vs_recompute"] += [
+                    a / b for a, b in zip(r["times"], res["recompute"]["times"], strict=True)
+                ]
             peaks[k] = max(peaks[k], r["peak"])
             recompiles[k] += r.get("recompiles", 0)
     return first, ratios, peaks, recompiles
 
 
 def bench_model(name, batch, budgets, repeats, mincut, log, rounds=1, rounds_at=None,
-                methods=METHODS, rows_path=None, tune=False, ckpt_all=True):  # fmt: skip
+                methods=METHODS, rows_path=None, tune=False, ckpt_all=True,
+                aa=False):  # fmt: skip
     """Measure every budget; ``rows_path`` (JSON lines) gets each budget's rows as soon as
     they are measured, so a run that dies later (e.g. out of memory) keeps them.
 
     ``tune`` adds ``hybrid-tuned``: hybrid's candidate plans (:func:`plan_candidates`)
     timed by :func:`autotune` before the measurement, the fastest then measured
     interleaved with the others; the tuning steps are not among the timed steps, their
-    wall time is the row's ``tune_s``."""
+    wall time is the row's ``tune_s``.
+
+    ``aa`` adds ``aa``: a second copy of the empty plan, measured like every other
+    entry (an A/A control: its ratio to ``none`` and that ratio's interval show the
+    step noise of the run; it should be level with 1), and ``bare``: plain PyTorch
+    training without the executor (its ratio to ``none`` is the inverse of the
+    executor's fixed cost: the hooks and the accountant that every entry pays), and
+    ``none-fast``: the empty plan with ``PlanExecutor(account=False)`` (no hook on kept
+    tensors; the executor's fixed cost without the accountant)."""
     model, inputs, loss_fn = zoo_task(name, batch, seed=0)
     t0 = time.perf_counter()
     codecs = {**codecs_for("hybrid"), **codecs_for("compress")}
@@ -260,11 +306,16 @@ def bench_model(name, batch, budgets, repeats, mincut, log, rounds=1, rounds_at=
     if tune:
         mins["hybrid-tuned"] = minimum_budget(prof, "hybrid")
     names = (*methods, "hybrid-tuned") if tune else methods
+    names = ("bare", "none-fast", "aa", *names) if aa else names
     rows = []
     for frac in budgets:
         t_budget = time.perf_counter()
         budget = int(frac * unplanned)
         entries = {"none": base}
+        if aa:
+            entries["aa"] = copy.deepcopy(base)
+            entries["bare"] = BARE
+            entries["none-fast"] = _Unaccounted(copy.deepcopy(base))
         for m in methods:
             with contextlib.suppress(BudgetError):
                 entries[m] = plan(prof, budget, m)
@@ -319,7 +370,21 @@ def bench_model(name, batch, budgets, repeats, mincut, log, rounds=1, rounds_at=
                     measured_peak_frac=peaks[m] / unplanned,
                     within_budget=peaks[m] <= budget,
                     grad_err=max_grad_diff(res[m]["grads"], res["none"]["grads"]),
+                    # order-statistic interval (>= 90 %) of the median over rounds, and its verdict
+                    vs_none=paired_summary(rr["cpu"]).to_json(),
+                    # the same, paired per repeat (rounds x repeats samples)
+                    steps_vs_none=paired_summary(rr["step_vs_none"]).to_json(),
                 )
+                if rr["vs_recompute"]:
+                    row.update(vs_recompute=paired_summary(rr["vs_recompute"]).to_json(),
+                               round_vs_recompute=rr["vs_recompute"],
+                               steps_vs_recompute=paired_summary(
+                                   rr["step_vs_recompute"]).to_json())  # fmt: skip
+                    if m in METHODS or m == "hybrid-tuned":
+                        # the same decisions: the paired ratio is then a second A/A control
+                        row["same_plan_as_recompute"] = _decided(entries[m]) == _decided(
+                            entries["recompute"]
+                        )
                 if m in ("mincut", "mincut-free"):
                     row.update(
                         activation_memory_budget=entries[m].frac,
@@ -329,6 +394,9 @@ def bench_model(name, batch, budgets, repeats, mincut, log, rounds=1, rounds_at=
                     if rr["vs_free"]:
                         row.update(vs_free=statistics.median(rr["vs_free"]),
                                    round_vs_free=rr["vs_free"])  # fmt: skip
+                elif m in ("bare", "none-fast"):
+                    row.update(measured_peak=None, peak_over_budget=None,
+                               measured_peak_frac=None, within_budget=None)  # fmt: skip
                 else:
                     p = entries[m]
                     row.update(
@@ -338,6 +406,12 @@ def bench_model(name, batch, budgets, repeats, mincut, log, rounds=1, rounds_at=
                         # what was evicted and how (to tell identical plans from equal counts)
                         plan=[[u.name, u.decision] for u in p.units if u.decision != "keep"],
                     )
+                    if m == "hybrid":  # what the tie-break chose from (first = chosen)
+                        row["candidates"] = [
+                            {"predicted_overhead_s": c.predicted_overhead_s,
+                             "decisions": {k: v for k, v in c.decision_counts().items() if v}}
+                            for c in plan_candidates(prof, budget, "hybrid")
+                        ]  # fmt: skip
                     if m == "hybrid-tuned":
                         row.update(
                             tune_s=tuned["tune_s"],
@@ -473,18 +547,31 @@ def accuracy_check(model_name, dataset, frac, epochs, batch, lr, seed, log, **mo
     return out
 
 
+def _decided(p):
+    """A plan's non-keep decisions (to tell identical plans from equal counts)."""
+    return sorted((u.name, u.decision, u.codec, tuple(u.chain or ()))
+                  for u in p.units if u.decision != "keep")  # fmt: skip
+
+
 def _brief(row):
     if not row.get("feasible"):
         if "error" in row:
             return "error " + row["error"]
         return f"infeasible (min {row['min_feasible_frac']:.3f})"
-    s = f"ratio={row['ratio']:.3f} peak={row['measured_peak']:,}"
+    s = f"ratio={row['ratio']:.3f}"
+    if row.get("measured_peak") is not None:
+        s += f" peak={row['measured_peak']:,}"
     if len(row.get("round_ratios", ())) > 1:
         s += " rounds=[" + ",".join(f"{x:.3f}" for x in row["round_ratios"]) + "]"
     if "vs_free" in row:
         s += f" vs_free={row['vs_free']:.3f}"
         if len(row["round_vs_free"]) > 1:
             s += " [" + ",".join(f"{x:.3f}" for x in row["round_vs_free"]) + "]"
+    if "vs_recompute" in row:
+        v = row["vs_recompute"]
+        s += f" vs_recompute={v['median']:.3f} [{v['lo']:.3f},{v['hi']:.3f}] {v['verdict']}"
+        if row.get("same_plan_as_recompute"):
+            s += " (same plan)"
     if "within_budget" in row:
         s += f" within={row['within_budget']}"
     if row.get("recompiles"):
@@ -573,6 +660,12 @@ def main(argv=None) -> int:
         help="run each budget in its own child process (bounds the RSS growth of the "
         "compiled min-cut entries; each child profiles afresh)",
     )
+    ap.add_argument(
+        "--aa",
+        action="store_true",
+        help="add an A/A control: a second empty plan measured like the others "
+        "(its ratio to none shows the run's step noise)",
+    )
     ap.add_argument("--no-ckpt-all", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--out", default=None, help="folder for PNGs (default: a temp folder)")
@@ -635,7 +728,7 @@ def main(argv=None) -> int:
                 name, int(batch), budgets, args.repeats, not args.no_mincut, log,
                 rounds=max(args.rounds, 1), rounds_at=rounds_at, methods=methods,
                 rows_path=out / f"rows_{name}.jsonl", tune=args.autotune,
-                ckpt_all=not args.no_ckpt_all,
+                ckpt_all=not args.no_ckpt_all, aa=args.aa,
             )  # fmt: skip
         res["png"] = str(plot(res, out))
         log(f"  plot: {res['png']}")

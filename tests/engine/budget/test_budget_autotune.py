@@ -20,7 +20,7 @@ from edgetrain.engine.budget import (
     profile_model,
     simulate,
 )
-from edgetrain.engine.budget.planner import PLAN_TIE_TOL, _recomputations
+from edgetrain.engine.budget.planner import PLAN_TIE_TOL, _lossy, _recomputations
 from edgetrain.errors import BudgetError, ConfigError
 
 
@@ -89,13 +89,14 @@ def test_plan_is_lowest_predicted_candidate(setup, method):
         p = plan(prof, budget, method)
         assert cands, budget
         # plan() is the first candidate: the lowest prediction, or one within the tie
-        # tolerance with fewer recomputations; the rest follow by predicted overhead
+        # tolerance with fewer lossy units, then fewer recomputations; the rest follow
+        # by predicted overhead
         assert _key(p) == _key(cands[0])
         best = min(c.predicted_overhead_s for c in cands)
         assert p.predicted_overhead_s <= best * (1 + PLAN_TIE_TOL) + 1e-12
         for c in cands:
             if c.predicted_overhead_s < p.predicted_overhead_s:
-                assert _recomputations(c) > _recomputations(p), budget
+                assert (_lossy(c), _recomputations(c)) > (_lossy(p), _recomputations(p))
         rest = [c.predicted_overhead_s for c in cands[1:]]
         assert rest == sorted(rest)
         keys = [tuple(_key(c)) for c in cands]

@@ -112,3 +112,36 @@ def test_strip_options_drops_values_and_flags():
     mod = _load("budget_overhead")
     argv = ["--quick", "--models", "a:1", "--budgets=0.5", "--repeats", "3", "--json", "--x"]
     assert mod._strip_options(argv, ("--models", "--budgets"), ("--json", "--quick")) == ["--x"]
+
+
+def test_budget_overhead_paired_and_aa_rows(capsys, tmp_path):
+    """``--aa`` adds the A/A control and plain PyTorch; every planner row gets its ratio
+    interval, and hybrid its paired ratio to recompute (same rounds, order statistics)."""
+    mod = _load("budget_overhead")
+    argv = ["--quick", "--json", "--out", str(tmp_path), "--no-mincut", "--no-ckpt-all"]
+    assert mod.main([*argv, "--methods", "recompute,hybrid", "--aa", "--rounds", "3",
+                     "--budgets", "0.9"]) == 0  # fmt: skip
+    (model,) = json.loads(capsys.readouterr().out)
+    rows = {r["method"]: r for r in model["rows"]}
+    assert set(rows) == {"bare", "none-fast", "aa", "recompute", "hybrid"}
+    assert rows["bare"]["measured_peak"] is None  # plain PyTorch: nothing measured
+    assert rows["none-fast"]["measured_peak"] is None  # unaccounted executor
+    assert rows["aa"]["measured_peak"] == model["unplanned_peak_bytes"]  # the empty plan
+    for r in rows.values():
+        v = r["vs_none"]
+        assert v["rounds"] == 3 and v["lo"] <= v["median"] == r["ratio"] <= v["hi"]
+        assert v["verdict"] == "level"  # 3 rounds never give a 90 % verdict
+        assert r["steps_vs_none"]["rounds"] == 3  # --quick: 1 repeat per round
+    vr = rows["hybrid"]["vs_recompute"]
+    assert rows["hybrid"]["steps_vs_recompute"]["rounds"] == 3
+    # the candidates the tie-break chose from: the chosen plan first
+    assert rows["hybrid"]["candidates"][0]["predicted_overhead_s"] == pytest.approx(
+        rows["hybrid"]["predicted_overhead_s"]
+    )
+    assert len(rows["hybrid"]["round_vs_recompute"]) == 3
+    assert min(rows["hybrid"]["round_vs_recompute"]) == vr["min"] <= vr["median"] <= vr["max"]
+    assert all("vs_recompute" not in rows[m] for m in ("bare", "none-fast", "aa", "recompute"))
+    same = [u[0] for u in rows["hybrid"]["plan"]] == [u[0] for u in rows["recompute"]["plan"]]
+    assert rows["hybrid"]["same_plan_as_recompute"] == (
+        same and rows["hybrid"]["plan"] == rows["recompute"]["plan"]
+    )

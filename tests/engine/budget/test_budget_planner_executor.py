@@ -263,3 +263,51 @@ def test_parse_budget_and_io_model():
     assert io.write_s(120_000_000) == pytest.approx(0.5002)
     assert io.read_s(0) == pytest.approx(0.2e-3)
     assert IoContentionModel(background_apps=0).read_s(2_100_000_000) == pytest.approx(1.0002)
+
+
+def test_keep_path_counts_storages_once_and_releases_on_drop():
+    """The accountant's keep path (a holder whose ``__del__`` releases): views and
+    repeated saves of one storage count once; bytes go when the last holder dies;
+    parameters are excluded and returned as they are."""
+    w = torch.zeros(10)
+    acc = MemoryAccountant(exclude=[w])
+    a = torch.zeros(100)
+    h1, h2, h3 = acc.pack_keep(a), acc.pack_keep(a[10:20]), acc.pack_keep(a.view(10, 10))
+    assert acc.current == acc.peak == 400
+    assert acc.unpack_keep(h2).data_ptr() == a[10:20].data_ptr()
+    assert acc.pack_keep(w) is w
+    b = acc.pack_keep(torch.zeros(50))
+    assert acc.current == acc.peak == 600
+    del h1, h2
+    assert acc.current == 600
+    del h3
+    assert acc.current == 200 and acc.peak == 600
+    del b
+    assert acc.current == 0
+    assert isinstance(acc.pack_keep(torch.zeros(0)), object) and acc.current == 0
+
+
+@pytest.mark.parametrize("method,frac", [("hybrid", 0.6), ("hybrid", 0.45), ("compress", 0.5)])
+def test_unaccounted_executor_trains_identically(setup, method, frac):
+    """``account=False`` (no hook on kept tensors, one regen-only hook with a regen
+    decision) computes the very same loss, gradients and BN statistics as the accounted
+    executor; its accountant sees only what the plan's own hooks hold."""
+    model, x, loss_fn, prof = setup
+    budget = max(int(frac * prof.total_saved_bytes), minimum_budget(prof, method))
+    p = plan(prof, budget, method)
+    for q in (p, _none(prof)):
+        ref_loss, ref_grads, ref_acc, ref_bufs, _ = _run(model, q, x, loss_fn)
+        m = copy.deepcopy(model)
+        acc = MemoryAccountant(exclude=model_state_tensors(m))
+        torch.manual_seed(123)
+        with PlanExecutor(m, q, accountant=acc, account=False) as ex:
+            assert ex._has_regen == any(u.decision == "regen" for u in q.units)
+            loss = ex.step((x,), loss_fn)
+        assert torch.equal(loss, ref_loss)
+        for g, rg in zip([t.grad for t in m.parameters()], ref_grads, strict=True):
+            assert torch.equal(g, rg)
+        for b, rb in zip(m.buffers(), ref_bufs, strict=True):
+            assert torch.equal(b, rb)
+        assert acc.peak <= ref_acc.peak
+        assert acc.current == 0
+    assert any(u.decision in ("regen", "compress") for u in p.units)

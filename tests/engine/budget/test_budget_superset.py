@@ -69,3 +69,24 @@ def test_near_equal_predictions_tie_towards_fewer_recomputations():
     assert _choose([a, c], float("inf"))[1] is a[1]  # outside it: the prediction decides
     # the cap (recompute's own choice for hybrid) bounds the tie
     assert _choose([a, b, c], 1.0)[1] is a[1]
+
+
+def test_near_equal_predictions_tie_towards_exact_plans_first():
+    """Within the tolerance a plan without compressed units wins over a lossy one,
+    even with more recomputations; outside it the prediction decides."""
+    from edgetrain.engine.budget import ExecutionPlan, UnitDecision
+    from edgetrain.engine.budget.planner import PLAN_TIE_TOL, _choose
+
+    def lossy(over: float, compressed: int, regens: int):
+        units = [UnitDecision(name=f"c{i}", decision="compress", codec="mix")
+                 for i in range(compressed)]  # fmt: skip
+        units += [UnitDecision(name=f"r{i}", decision="regen") for i in range(regens)]
+        return over, ExecutionPlan("hybrid", 1, 1, 1, over, units)
+
+    lo, exact = lossy(1.00, 7, 13), lossy(1.00 + PLAN_TIE_TOL / 2, 0, 23)
+    assert _choose([lo, exact], float("inf"))[1] is exact[1]
+    far = lossy(1.00 + 2 * PLAN_TIE_TOL, 0, 23)
+    assert _choose([lo, far], float("inf"))[1] is lo[1]
+    # among equally lossy plans, fewer recomputations still wins
+    a, b = lossy(1.00, 2, 30), lossy(1.05, 2, 10)
+    assert _choose([a, b], float("inf"))[1] is b[1]

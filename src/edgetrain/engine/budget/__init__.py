@@ -27,7 +27,14 @@ from edgetrain.engine.budget.profile import (
     UnitProfile,
     profile_model,
 )
-from edgetrain.engine.budget.runner import BudgetReport, parse_budget, run_budget
+from edgetrain.engine.budget.runner import (
+    BudgetReport,
+    codecs_for,
+    parse_budget,
+    run_budget,
+    step_order,
+)
+from edgetrain.engine.budget.stats import PairedSummary, paired_summary
 from edgetrain.engine.budget.swap import IoContentionModel
 
 __all__ = [
@@ -42,12 +49,15 @@ __all__ = [
     "MemoryAccountant",
     "MemorySample",
     "ModelProfile",
+    "PairedSummary",
     "PlanExecutor",
     "RegenProfile",
     "UnitDecision",
     "UnitProfile",
     "autotune",
+    "codecs_for",
     "minimum_budget",
+    "paired_summary",
     "parse_budget",
     "peak_rss_bytes",
     "plan",
@@ -56,4 +66,5 @@ __all__ = [
     "run_budget",
     "sample_linux",
     "simulate",
+    "step_order",
 ]

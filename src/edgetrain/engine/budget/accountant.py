@@ -40,12 +40,23 @@ def model_state_tensors(model: torch.nn.Module) -> list[torch.Tensor]:
 
 
 class _Held:
-    """What autograd stores for a kept saved tensor (so its death is observable)."""
+    """What autograd stores for a kept saved tensor (so its death is observable).
 
-    __slots__ = ("t", "__weakref__")
+    Its own ``__del__`` releases the bytes (CPython frees it, and runs ``__del__``, the
+    moment autograd drops it, as ``weakref.finalize`` would), so keeping a tensor costs
+    one small object instead of a holder plus a finalizer registered in a global
+    registry: the keep path runs for every saved tensor of every step."""
+
+    __slots__ = ("t", "acc", "key", "__weakref__")
 
     def __init__(self, t: torch.Tensor) -> None:
         self.t = t
+        self.acc: MemoryAccountant | None = None
+        self.key: object = None
+
+    def __del__(self) -> None:
+        if self.acc is not None:
+            self.acc._release(self.key)
 
 
 class MemoryAccountant:
@@ -102,10 +113,18 @@ class MemoryAccountant:
 
     # -- the default (keep) hooks ------------------------------------------------
     def pack_keep(self, t: torch.Tensor) -> object:
-        if self.is_excluded(t):
+        """The keep path (every saved tensor no plan decision claims): as
+        :meth:`hold_tensor` with a fresh holder, one storage lookup, no finalizer."""
+        st = t.untyped_storage()
+        ptr = st.data_ptr()
+        if ptr in self._exclude:
             return t
         h = _Held(t)
-        self.hold_tensor(t, h)
+        nbytes = st.nbytes()
+        if nbytes:
+            key = ("s", ptr)
+            self._add(key, nbytes)
+            h.key, h.acc = key, self
         return h
 
     @staticmethod

@@ -44,7 +44,7 @@ import shutil
 import tempfile
 import weakref
 from collections.abc import Callable, Sequence
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from typing import Any
 
 import torch
@@ -150,9 +150,17 @@ class PlanExecutor:
         codecs: dict[str, Codec] | None = None,
         swap_dir: str | None = None,
         io: IoContentionModel | None = None,
+        account: bool = True,
     ) -> None:
         self.model = model
         self.plan = plan
+        #: count every saved tensor (``acc.peak`` is the measured peak).  ``False``:
+        #: kept tensors go through no Python hook at all (plain PyTorch saving; with a
+        #: regen decision, one hook that only checks for regenerable storages), so the
+        #: accountant sees only what the plan's own hooks hold and ``acc.peak`` is not
+        #: the step's peak -- for training once a plan has been measured.
+        self.account = account
+        self._has_regen = False
         if io is None:
             saved = plan.meta.get("io_model") if isinstance(plan.meta, dict) else None
             io = IoContentionModel(**saved) if saved else IoContentionModel()
@@ -225,6 +233,7 @@ class PlanExecutor:
                     self._install(mod, self._wrap_regen(mod, [names[n] for n in u.chain]))
                 else:
                     self._install(mod, self._wrap_regen(mod))
+                self._has_regen = self._has_regen or u.decision == "regen"
                 continue
             if u.decision == "swap" and self._swap_dir is None:
                 self._swap_dir = tempfile.mkdtemp(prefix="edgetrain-swap-")
@@ -394,6 +403,17 @@ class PlanExecutor:
             return self._unpack_regen(h)
         return self.acc.unpack_keep(h)
 
+    def _pack_fast(self, t: torch.Tensor) -> object:
+        """Unaccounted keep path: the tensor itself unless it is a regenerable output."""
+        if self._regen:
+            ref = self._pack_regen(t)
+            if ref is not None:
+                return ref
+        return t
+
+    def _unpack_fast(self, h: object) -> torch.Tensor:
+        return self._unpack_regen(h) if type(h) is _RegenRef else h
+
     # -- compress / swap hooks ------------------------------------------------
     def _small_or_exact(self, t: torch.Tensor) -> bool:
         return (
@@ -512,10 +532,18 @@ class PlanExecutor:
         loss_fn: Callable[[Any], torch.Tensor],
     ) -> torch.Tensor:
         """Forward + loss + backward (gradients accumulate in ``.grad``); returns the loss."""
-        with (
-            self.acc.track(),
-            torch.autograd.graph.saved_tensors_hooks(self._pack_default, self._unpack_default),
-        ):
+        with ExitStack() as stack:
+            if self.account:
+                stack.enter_context(self.acc.track())
+                stack.enter_context(
+                    torch.autograd.graph.saved_tensors_hooks(
+                        self._pack_default, self._unpack_default
+                    )
+                )
+            elif self._has_regen:
+                stack.enter_context(
+                    torch.autograd.graph.saved_tensors_hooks(self._pack_fast, self._unpack_fast)
+                )
             out = self.model(*inputs)
             loss = loss_fn(out)
             del out

@@ -17,6 +17,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import torch
 from torch import nn
 
@@ -80,6 +81,30 @@ def codecs_for(method: str) -> dict[str, Any]:
     return {c: make_codec(c) for c in CODECS_FOR.get(method, ())}
 
 
+def step_order(names: Sequence[str], repeat: int, order_seed: int = 0) -> list[str]:
+    """The order the entries run in, in repeat ``repeat``: seeded random permutations,
+    each followed by its mirror image.
+
+    A rotation (each repeat starting one entry later) was used before, but it keeps
+    the cyclic order, so every entry still ran right after the same other entry in
+    every repeat but one; whatever a step leaves behind (freed memory the allocator
+    returns to the OS, cache state) then biased its follower the same way each time.
+    Repeats 1 and 2 run a random permutation and its reverse, repeats 3 and 4 another
+    one and its reverse, and so on: within each pair every entry's mean position is
+    the middle of the round and its predecessor in one is its successor in the other
+    (with plain random permutations, two entries running the *same* plan measured
+    1.028 apart over 9 rounds of 3 repeats, 8 of 9 rounds on one side:
+    benchmarks/out/r6/exec/mnv2.log).  An even number of repeats balances fully.
+    ``repeat`` 0 (the warm-up) keeps the given order."""
+    names = list(names)
+    if repeat == 0 or len(names) < 2:
+        return names
+    perm = np.random.default_rng([order_seed, (repeat - 1) // 2]).permutation(len(names))
+    if repeat % 2 == 0:
+        perm = perm[::-1]
+    return [names[i] for i in perm]
+
+
 def measure_steps(
     model: nn.Module,
     plans: dict[str, ExecutionPlan],
@@ -87,12 +112,14 @@ def measure_steps(
     loss_fn: Callable[[Any], torch.Tensor],
     repeats: int = 3,
     seed: int = 0,
+    order_seed: int = 0,
 ) -> dict[str, dict[str, Any]]:
     """Run each plan ``repeats`` times (interleaved) from the same state; times, peaks, grads.
 
     ``times`` are process CPU seconds (``time.process_time``): on a CPU shared with
     other jobs, wall time mostly measures the neighbours; with one intra-op thread
     the process's CPU time is the step's own work (wall times are kept in ``wall``).
+    The order of the plans within a repeat is :func:`step_order` (``order_seed``).
     A plan that swaps also pays its simulated phone-storage time
     (:attr:`PlanExecutor.simulated_io_s`, FedHybrid §3/§4.3.1 UFS model) in both.
     """
@@ -101,10 +128,9 @@ def measure_steps(
         k: {"times": [], "wall": [], "peak": 0, "grads": None, "loss": None} for k in plans
     }
     for r in range(repeats + 1):  # first round is a warm-up (timing discarded)
-        names = list(plans)
-        # the order rotates every repeat, so no plan always runs first or right after
-        # the same other plan (the allocator state a step leaves affects the next one)
-        for name in names[r % len(names) :] + names[: r % len(names)]:
+        # a fresh seeded order every repeat (:func:`step_order`): no plan always runs
+        # first or right after the same other plan
+        for name in step_order(list(plans), r, order_seed):
             p = plans[name]
             model.load_state_dict(state)
             model.zero_grad(set_to_none=True)
