@@ -54,6 +54,12 @@ ABLATIONS = (
     "fedhybrid", "fedhybrid-noselector", "fedhybrid-nooptimizer", "fedhybrid-nocompress",
     "fedhybrid-nopredictor",
 )  # fmt: skip
+# round 6: the three component ablations under Random selection (compare with
+# fedhybrid-noselector): there the plan machinery acts on ~1/3 of the selections
+MECHANISM_CHECKS = (
+    "fedhybrid-noselector-nooptimizer", "fedhybrid-noselector-nocompress",
+    "fedhybrid-noselector-nopredictor",
+)  # fmt: skip
 
 
 def task_config(
@@ -166,6 +172,11 @@ def main(argv: list[str] | None = None) -> int:
         "--device-plan-generator", choices=("melon", "recompute"), default=None,
         help="Fig. 17 'without optimizer': the plan generation clients run on the device",
     )  # fmt: skip
+    ap.add_argument(
+        "--mechanism-checks", action="store_true",
+        help="also run the optimizer / compression / predictor ablations under Random "
+        "selection (compare with fedhybrid-noselector)",
+    )  # fmt: skip
     args = ap.parse_args(argv)
     semantics = {
         k: v
@@ -197,9 +208,8 @@ def main(argv: list[str] | None = None) -> int:
             ]
         if agg == "fedprox" and not args.no_ablations:
             done = {r["method"]: (recs[r["method"]], r["wall_s"]) for r in rows if "wall_s" in r}
-            abl, _ = compare(
-                cfg, ("random",) + ABLATIONS, env=env, cached=done, extend_factor=args.extend
-            )
+            names = ("random",) + ABLATIONS + (MECHANISM_CHECKS if args.mechanism_checks else ())
+            abl, _ = compare(cfg, names, env=env, cached=done, extend_factor=args.extend)
             out["ablations"][agg] = abl
     if not args.no_scale:
         out["scale"] = scale_figure(args.quick)
@@ -230,11 +240,26 @@ def main(argv: list[str] | None = None) -> int:
               f"x{u['overhead_factor']:.2f} per step, {u['micro_batches']} micro-batch(es), "
               f"{u['device_plan_s']:.1f} s to plan on the device")  # fmt: skip
     for agg, rows in out["ablations"].items():
-        print(f"\nFig. 17 ablations (+{agg}): speedup vs Random")
+        print(f"\nFig. 17 ablations (+{agg}): speedup vs Random; 'x ref' = time to target over "
+              "fedhybrid's (fedhybrid-noselector's for the -noselector-* checks); up to the "
+              "target: client-rounds planned / under pressure / killed / late, aggregated "
+              "updates trained under a plan, regenerations, compressed clients")  # fmt: skip
+        tta = {r["method"]: r.get("time_to_target_s") for r in rows}
         for r in rows:
-            print(f"  {r['method']:<24}{fmt_speed(r):>10}  final {100 * r['final_accuracy']:.2f}%"
-                  f"  regenerations {r['regenerations']}"
-                  f"  compressed clients {r['compressed_clients']}")  # fmt: skip
+            ref = "fedhybrid-noselector" if "-noselector-" in r["method"] else "fedhybrid"
+            ratio = (
+                f"x{r['time_to_target_s'] / tta[ref]:.2f}"
+                if r["method"] not in ("random", ref) and r["time_to_target_s"] and tta.get(ref)
+                else "-"
+            )
+            e = r.get("exposure", {})
+            print(f"  {r['method']:<34}{fmt_speed(r):>8}{ratio:>7}"
+                  f"  final {100 * r['final_accuracy']:.2f}%"
+                  f"  planned {e.get('planned', 0)} pressure {e.get('pressure', 0)}"
+                  f" killed {e.get('killed', 0)} late {e.get('late', 0)}"
+                  f" agg-planned {e.get('planned_aggregated', 0)}"
+                  f" regen {e.get('regenerations', 0)} compressed {e.get('compressed_clients', 0)}"
+                  f" (rounds {e.get('rounds', 0)})")  # fmt: skip
     for agg, rows in out["tables"].items():
         print(f"\nparticipation by memory class (+{agg}): completed / selected")
         for r in rows:

@@ -100,6 +100,9 @@ def test_outcomes_follow_memory(env, plans):
         assert r["accuracy"] is not None and 0 <= r["accuracy"] <= 1
         assert r["energy_j"] > 0 and r["sim_time_s"] > 0
         assert {"regenerations", "regenerations_total", "page_faults"} <= set(r)
+        assert 0 <= r["planned_aggregated"] <= min(r["n_aggregated"], r["outcomes"]["planned"]
+                                                    + r["outcomes"]["pressure"])  # fmt: skip
+    assert all(r["planned_aggregated"] == 0 for r in rec)  # Random + no technique: no plans
 
 
 def test_regeneration_rule_fires_mid_round_and_is_counted(env, plans, monkeypatch):

@@ -33,6 +33,10 @@ def test_tta_benchmark_quick(capsys):
         assert sum(v[0] for v in parts.values()) >= 4 * 3
         assert all(0 <= v[1] <= v[0] for v in parts.values())
         assert r["regenerations"] >= 0 and r["compressed_clients"] >= 0
+        e = r["exposure"]  # counted up to the target (every round when not reached)
+        assert 1 <= e["rounds"] <= r["rounds"]
+        assert 0 <= e["planned_aggregated"] <= e["planned"] + e["pressure"]
+        assert e["regenerations"] <= r["regenerations"]
     assert [r["method"] for r in rows] == ["random", "oort", "fedhybrid"]
     abl = [r["method"] for r in out["ablations"]["fedprox"]]
     assert abl == ["random", "fedhybrid", "fedhybrid-noselector", "fedhybrid-nooptimizer",

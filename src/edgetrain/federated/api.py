@@ -51,6 +51,24 @@ def participation(records: Sequence[dict[str, Any]]) -> dict[str, list[int]]:
     return dict(sorted(out.items(), key=lambda kv: float(kv[0].rstrip("GB"))))
 
 
+def exposure(records: Sequence[dict[str, Any]], until_s: float | None) -> dict[str, int]:
+    """How often each memory mechanism acted, over the rounds up to ``until_s`` (the
+    time to target; every round when None): clients per outcome, aggregated updates
+    trained under a plan, plan regenerations and compressed clients. An ablation can only
+    change a run through these clients (round 6, Fig. 17)."""
+    out = {k: 0 for k in ("planned", "pressure", "killed", "late", "planned_aggregated")}
+    out.update(regenerations=0, compressed_clients=0, rounds=0)
+    for r in records:
+        if until_s is not None and r["sim_time_s"] > until_s + 1e-9:
+            break
+        out["rounds"] += 1
+        for k in ("planned", "pressure", "killed", "late"):
+            out[k] += int(r.get("outcomes", {}).get(k, 0))
+        for k in ("planned_aggregated", "regenerations", "compressed_clients"):
+            out[k] += int(r.get(k, 0))
+    return out
+
+
 def compare(
     cfg: FederatedConfig,
     methods: Sequence[str] = COMPARE_METHODS,
@@ -132,6 +150,7 @@ def compare(
                 "participation": participation(records[m]),
                 "regenerations": sum(int(r.get("regenerations", 0)) for r in records[m]),
                 "compressed_clients": sum(int(r.get("compressed_clients", 0)) for r in records[m]),
+                "exposure": exposure(records[m], tta),
             }
         )
     return rows, records

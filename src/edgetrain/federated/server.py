@@ -447,6 +447,12 @@ class FederatedServer:
             "outcomes": decisions,
             "plan_decisions": plan_decisions,
             "compressed_clients": sum(1 for t in tasks if t.codec_share),
+            # aggregated updates trained under a plan (the plan machinery's reach)
+            "planned_aggregated": sum(
+                1
+                for c in train
+                if c.plan is not None and c.plan.feasible and c.outcome in ("planned", "pressure")
+            ),
             "regenerations": regens,
             "regenerations_total": self.regenerations,
             "page_faults": int(sum(c.pages for c in rounds)),

@@ -1,0 +1,42 @@
+"""Round 6: the Fig. 17 mechanism checks and the exposure counts the benchmark prints."""
+
+from dataclasses import replace
+
+import pytest
+
+from edgetrain.federated.api import exposure
+from edgetrain.federated.methods import METHODS
+
+
+@pytest.mark.parametrize("component", ["nooptimizer", "nocompress", "nopredictor"])
+def test_mechanism_checks_are_the_ablations_under_random_selection(component):
+    ablation = METHODS[f"fedhybrid-{component}"]
+    check = METHODS[f"fedhybrid-noselector-{component}"]
+    assert ablation.selector == "fedhybrid"
+    # the same component removed, only the selector differs (Random, as in -noselector)
+    assert check == replace(ablation, selector="random")
+    assert METHODS["fedhybrid-noselector"] == replace(METHODS["fedhybrid"], selector="random")
+
+
+def _rec(t, planned, pressure, killed, agg, regen=0, comp=0):
+    return {
+        "sim_time_s": t,
+        "outcomes": {"fit": 1, "planned": planned, "pressure": pressure, "killed": killed,
+                     "late": 0},
+        "planned_aggregated": agg,
+        "regenerations": regen,
+        "compressed_clients": comp,
+    }  # fmt: skip
+
+
+def test_exposure_counts_rounds_up_to_the_target_time():
+    recs = [_rec(10.0, 2, 1, 0, 1), _rec(20.0, 1, 0, 2, 1, regen=1), _rec(30.0, 5, 5, 5, 5, 1, 3)]
+    e = exposure(recs, 20.0)
+    assert e == {"planned": 3, "pressure": 1, "killed": 2, "late": 0, "planned_aggregated": 2,
+                 "regenerations": 1, "compressed_clients": 0, "rounds": 2}  # fmt: skip
+    # target never reached: the whole run counts
+    assert exposure(recs, None)["rounds"] == 3
+    assert exposure(recs, None)["planned"] == 8 and exposure(recs, None)["compressed_clients"] == 3
+    # records from before round 6 (no planned_aggregated field) count as 0
+    old = [{k: v for k, v in recs[0].items() if k != "planned_aggregated"}]
+    assert exposure(old, None)["planned_aggregated"] == 0
