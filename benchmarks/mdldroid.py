@@ -639,7 +639,13 @@ def threshold_section(ns, episodes: int, busy_delay: float, seed: int) -> None:
 
 
 def exploration_section(
-    ns, reps: int, budget: int, busy_delay: float, seed: int, bars=("eq8", "tree")
+    ns,
+    reps: int,
+    budget: int,
+    busy_delay: float,
+    seed: int,
+    bars=("eq8", "tree"),
+    strategies=("tdge", "dge", "tge"),
 ) -> None:
     """Every run spends the whole budget (Algorithm 2 runs to max Epoch) so the three
     strategies' training-reward curves can be compared; two convergence points are
@@ -651,8 +657,8 @@ def exploration_section(
         for n in ns:
             row: list = [bar, n]
             pass_rates = []
-            for expl in ("tdge", "dge", "tge"):
-                greedy, reward, passed = [], [], []
+            for expl in strategies:
+                greedy, reward, passed, latent = [], [], [], []
                 for r in range(reps):
                     st = random_statuses(n, np.random.default_rng(seed + 31 * r + n), 0.5)
                     env = ChainSchedulingEnv(n, st, busy_delay=busy_delay)
@@ -662,19 +668,23 @@ def exploration_section(
                         if bar == "eq8"
                         else _replay_return(env, TreeScheduler().schedule(st))
                     )
-                    if expl == "tdge":
+                    if expl == strategies[0]:
                         pass_rates.append(_random_pass_rate(env, thr, 200, seed + r))
-                    cfg = DQNConfig(exploration=expl, stop_at_convergence=False)
+                    cfg = DQNConfig(
+                        exploration=expl, stop_at_convergence=False, stop_when_both_converged=True
+                    )
                     agent = DQNAgent(n * PER_DEVICE + GLOBAL, n, cfg, seed + r)
                     res = agent.learn(env, budget, threshold_override=thr)
                     greedy.append(res.converged_at or budget)
                     reward.append(reward_converged_at(res.returns, thr) or budget)
                     passed.append(res.passed_at or budget)
+                    latent.append(res.greedy_at or budget)
                 row += [
                     statistics.median(greedy),
                     statistics.median(reward),
                     sum(x < budget for x in reward),
                     statistics.median(passed),
+                    statistics.median(latent),
                 ]
             row.append(100 * statistics.median(pass_rates))
             rows.append(row)
@@ -683,25 +693,13 @@ def exploration_section(
         f"budget {budget} (unconverged = budget), busy delay {busy_delay:.2f} transfers "
         "[Fig. 8]. g = greedy policy reaches the bar (slot end); r = 10-episode mean training "
         "reward reaches the bar (Fig. 8b), n = runs whose reward converged; p = first episode "
-        "passing the bar. bar eq8 = T(N) of eq. 8 (near the optimum); bar tree = return of "
-        "the Tree schedule on the same draw; rand% = % of random valid episodes passing it",
-        [
-            "bar",
-            "N",
-            "TDGE g",
-            "TDGE r",
-            "n",
-            "p",
-            "DGE g",
-            "DGE r",
-            "n",
-            "p",
-            "TGE g",
-            "TGE r",
-            "n",
-            "p",
-            "rand%",
-        ],
+        "passing the bar; l = greedy policy reaches the bar in any phase (also while ε = 1: "
+        "learned off-policy, not acted on). bar eq8 = T(N) of eq. 8 (near the optimum); bar "
+        "tree = return of the Tree schedule on the same draw; rand% = % of random valid "
+        "episodes passing it",
+        ["bar", "N"]
+        + [c for e in strategies for c in (f"{e.upper()} g", f"{e.upper()} r", "n", "p", "l")]
+        + ["rand%"],
         rows,
     )
 
@@ -827,6 +825,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--reps", type=int, default=50, help="scheduling repetitions per N")
     ap.add_argument("--max-n", type=int, default=9, help="largest fleet")
+    ap.add_argument("--min-n", type=int, default=2, help="smallest fleet (sched, sweep, ...)")
     ap.add_argument("--first", type=int, default=300, help="DQN episodes, first learning slot")
     ap.add_argument("--relearn", type=int, default=60, help="DQN episodes per re-learning slot")
     ap.add_argument("--sweep-reps", type=int, default=200, help="allocations per N in the sweep")
@@ -841,6 +840,14 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--explore-budget", type=int, default=300, help="episodes per DQN run")
     ap.add_argument(
         "--explore-bars", default="eq8,tree", help="comma list of bars: eq8 (T(N)), tree"
+    )
+    ap.add_argument(
+        "--explore-strategies",
+        default="tdge,dge,tge,tdge-a2",
+        help="comma list of exploration strategies (tdge-a2 = Algorithm 2 read literally)",
+    )
+    ap.add_argument(
+        "--explore-ns", default="3,5,7,9", help="comma list of N for the explore section"
     )
     ap.add_argument("--tradeoff-n", type=int, default=4)
     ap.add_argument("--tradeoff-epochs", type=int, default=10, help="E of the 1-E, 2-E rows")
@@ -865,7 +872,7 @@ def main(argv: list[str] | None = None) -> None:
             "tradeoff": lambda: tradeoff_section(ds, 2, [(1, 1), (2, 1)], args.seed, 20, 5),
         }
     else:
-        ns = list(range(2, args.max_n + 1))
+        ns = list(range(args.min_n, args.max_n + 1))
         acc_ns = list(range(args.acc_min_n, (args.acc_max_n or args.max_n) + 1))
         e = args.tradeoff_epochs
         bd = BUSY_S / clock.transfer_s
@@ -887,12 +894,13 @@ def main(argv: list[str] | None = None) -> None:
             ),
             "threshold": lambda: threshold_section(ns, 1000, bd, args.seed),
             "explore": lambda: exploration_section(
-                [n for n in (3, 5, 7, 9) if n <= args.max_n],
+                [int(n) for n in args.explore_ns.split(",") if int(n) <= args.max_n],
                 args.explore_reps,
                 args.explore_budget,
                 bd,
                 args.seed,
                 tuple(args.explore_bars.split(",")),
+                tuple(args.explore_strategies.split(",")),
             ),
             "speedup": lambda: speedup_section(ds, ns, args.seed),
             # MDLdroid's 1-E20, 2-E20, 10-E20, 1-E30, 1-E40, scaled to E = --tradeoff-epochs

@@ -19,6 +19,7 @@ from edgetrain.decentralized.env import (
     best_return,
     optimum,
     threshold,
+    worst_complete_return,
 )
 from edgetrain.decentralized.resources import DeviceStatus, random_statuses
 from edgetrain.errors import ConfigError
@@ -47,7 +48,44 @@ def test_reward_terms_follow_eq7():
     env.reset()
     env.step(0)
     _, r, done, _, _ = env.step(0)  # sender as its own receiver: invalid
-    assert r == cfg.invalid and done
+    # severe: below the worst complete return (3 devices, busy delay 2 transfers)
+    low = 4 * (cfg.alpha + cfg.rho) - cfg.beta * 1 - cfg.latency * (2 + 2) + cfg.complete
+    assert worst_complete_return(3, cfg, 2.0) == pytest.approx(low)
+    assert r == pytest.approx(low + cfg.invalid) and done
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    n=st.integers(2, 7),
+    seed=st.integers(0, 10_000),
+    cut=st.integers(0, 12),
+    delay=st.sampled_from([1.0, 2.0, 6.7]),
+)
+def test_invalid_move_is_worse_than_any_way_to_finish(n, seed, cut, delay):
+    """Eq. 7's "severe penalty": from any partly built episode, an invalid move earns
+    less than the rest of any complete episode, so stopping never pays."""
+    rng = np.random.default_rng(seed)
+    st_ = random_statuses(n, rng, 0.5)
+    env = ChainSchedulingEnv(n, st_, busy_delay=delay)
+    _, info = env.reset()
+    prefix = []
+    for _ in range(min(cut, env.best_steps - 1)):
+        a = int(rng.choice(np.flatnonzero(info["action_mask"])))
+        prefix.append(a)
+        _, _, _, _, info = env.step(a)
+    bad = np.flatnonzero(~info["action_mask"])
+    if len(bad) == 0:  # nothing invalid yet (first step, no device sent)
+        return
+    _, penalty, done, _, _ = env.step(int(rng.choice(bad)))
+    assert done
+    env.reset()
+    for a in prefix:
+        _, _, _, _, info = env.step(a)
+    rest, done = 0.0, False
+    while not done:
+        _, r, done, _, info = env.step(int(rng.choice(np.flatnonzero(info["action_mask"]))))
+        rest += r
+    assert env.complete() and penalty < rest
 
 
 def test_threshold_equations():
@@ -126,6 +164,44 @@ def test_threshold_override_and_first_pass_episode():
     high = agent.learn(env, 10, threshold_override=100.0)
     # an unreachable bar: never passed, never converged, the whole slot is spent
     assert high.passed_at is None and high.converged_at is None and high.episodes == 10
+
+
+def test_exploration_schedules_follow_algorithm_2():
+    """ε per episode: DGE decays from 1; TDGE holds 1 until a complete episode passes
+    T, then ε_new and decay; TGE holds ε_new without decay; tdge-a2 (Algorithm 2 read
+    literally) decays from 1 and jumps to ε_new at the first pass."""
+    st = [DeviceStatus(0), DeviceStatus(1, in_use=True), DeviceStatus(2)]
+    env = ChainSchedulingEnv(3, st)
+    d, new = DQNConfig().eps_decay, DQNConfig().eps_new
+
+    def eps(expl: str, bar: float) -> list[float]:
+        agent = DQNAgent(3 * PER_DEVICE + GLOBAL, 3, DQNConfig(exploration=expl), seed=0)
+        cfg = agent.cfg
+        cfg.stop_at_convergence = False
+        return agent.learn(env, 6, threshold_override=bar).eps
+
+    assert eps("dge", 100.0) == pytest.approx([d**k for k in range(6)])
+    assert eps("tdge", 100.0) == [1.0] * 6  # unreachable bar: explores fully
+    assert eps("tdge-a2", 100.0) == pytest.approx([d**k for k in range(6)])
+    assert eps("tdge", -100.0) == pytest.approx([1.0] + [new * d**k for k in range(1, 6)])
+    assert eps("tge", -100.0) == pytest.approx([1.0] + [new] * 5)
+    assert eps("tdge-a2", -100.0) == pytest.approx([1.0] + [new * d**k for k in range(1, 6)])
+
+
+def test_only_complete_episodes_pass_and_masked_greedy_stays_valid():
+    st = [DeviceStatus(d, in_use=d == 2) for d in range(5)]
+    env = ChainSchedulingEnv(5, st)
+    # an untrained, unmasked, purely greedy agent ends episodes on invalid moves
+    cfg = DQNConfig(exploration="tge", mask_greedy=False, eps_new=0.0)
+    agent = DQNAgent(5 * PER_DEVICE + GLOBAL, 5, cfg, seed=1)
+    res = agent.learn(env, 12, eps_start=0.0, threshold_override=-1e9)
+    assert not all(res.complete)
+    assert res.passed_at is None or res.complete[res.passed_at - 1]
+    assert all(not c for c in res.complete[: (res.passed_at or 13) - 1])
+    # masked greedy steps (the default): every training episode builds a schedule
+    agent = DQNAgent(5 * PER_DEVICE + GLOBAL, 5, DQNConfig(exploration="dge"), seed=1)
+    res = agent.learn(env, 12, eps_start=0.0)
+    assert all(res.complete) and DQNConfig().gamma == 1.0
 
 
 def test_reward_convergence_point_is_first_full_window_at_the_bar():

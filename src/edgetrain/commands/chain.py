@@ -32,7 +32,8 @@ def register(app: typer.Typer) -> None:
         wire: str = typer.Option(
             "float32",
             help="Precision of the chain/neighbor messages: float32, or float64 (2x bytes "
-            "per reduce transfer; the aggregate then equals Central's bit for bit).",
+            "per reduce transfer; chain messages then carry θ-weighted sums, divided once at "
+            "the root, and the aggregate equals Central's bit for bit).",
         ),
         fault: list[str] = typer.Option(
             [], help="DEVICE@LOST[:REJOIN] iteration range a device is down, e.g. 2@1:3."

@@ -23,13 +23,20 @@ from edgetrain.decentralized.aggregation import (
     NeighborSGD,
     ReduceResult,
     make_aggregator,
+    mean_of_sum,
     pair_aggregate,
+    pair_sum,
 )
 from edgetrain.decentralized.broadcast import binomial_broadcast, sequential_broadcast
 from edgetrain.decentralized.chain_scheduler import ChainScheduler
 from edgetrain.decentralized.costs import IterationCost, energy_variance, simulate_iteration
 from edgetrain.decentralized.dqn import DQNAgent, DQNConfig
-from edgetrain.decentralized.env import ChainSchedulingEnv, RewardConfig, threshold
+from edgetrain.decentralized.env import (
+    ChainSchedulingEnv,
+    RewardConfig,
+    threshold,
+    worst_complete_return,
+)
 from edgetrain.decentralized.faults import DeviceCache, Fault
 from edgetrain.decentralized.resources import DeviceStatus, as_free, random_statuses
 from edgetrain.decentralized.schedule import Pair, Schedule, star_schedule
@@ -70,11 +77,14 @@ __all__ = [
     "binomial_broadcast",
     "energy_variance",
     "make_aggregator",
+    "mean_of_sum",
     "pair_aggregate",
+    "pair_sum",
     "random_statuses",
     "run_chain",
     "sequential_broadcast",
     "simulate_iteration",
     "star_schedule",
     "threshold",
+    "worst_complete_return",
 ]

@@ -20,12 +20,20 @@ master round differently, and SGD amplifies a last-bit difference of one iterati
 a visibly different model a few epochs later (measured: ``benchmarks/mdldroid.py
 --sections numerics``). Every pair and the master therefore compute in float64 and
 round once. With float32 messages (default, what a float32 model sends) the chain rounds
-once per pair; with float64 messages (``wire="float64"``: twice the bytes per reduce
-transfer, counted by the clock) it rounds once at the root and equals the master's
-float64-accumulated mean to the last bit, except where the two float64 results fall on
-either side of a float32 rounding point: rare (~N·2^-29 of the elements) unless N is a
-power of two, where the exact mean is often a float32 round-half tie (measured: 106 of
-734,677 LeNet elements at N = 8).
+once per pair into a float32 mean W. With float64 messages (``wire="float64"``: twice the
+bytes per reduce transfer, counted by the clock) a message carries the θ-weighted *sum*
+S = θ·W instead of the mean (:func:`pair_sum`: S' = Sᵢ + Sⱼ, no division on the way) and
+the root divides once, S/θ, as the master does: the float64 sums of float32 deltas are
+exact whenever an element's N deltas span at most ~25 binades, and then the chain's
+aggregate *is* the master's float64-accumulated mean, bit for bit, round-half ties
+included (round 5 carried W in float64 and missed 106 of 734,677 LeNet elements at
+N = 8: a tie the chain's divisions by 2…8 had moved by 1e-16).
+
+Why the float32 wire cannot be made exact for free: the exact sum of two float32 values
+needs up to 25 significant bits (more when their exponents differ), so a partial
+aggregate that is to be rounded only once at the root needs more than the 32 bits of a
+float32 message. A compensated (hi, lo) pair or a Kahan term is a second full tensor,
+i.e. the float64 wire's bytes; there is no exact variant at float32's bytes.
 """
 
 from __future__ import annotations
@@ -96,6 +104,39 @@ def pair_aggregate(receiver: Message, sender: Message) -> Message:
     return Message(out, total)
 
 
+def carries_sum(wire: str) -> bool:
+    """Whether messages at this precision carry the θ-weighted sum θ·W (float64: exact,
+    divided once at the root) rather than the mean W (float32: rounded per pair)."""
+    return wire_dtype(wire) == torch.float64
+
+
+def pair_sum(receiver: Message, sender: Message) -> Message:
+    """Eq. 3 on θ-weighted sums: S' = Sᵢ + Sⱼ, θ' = θᵢ + θⱼ (S = θ·W, so S'/θ' is eq. 3's
+    W(j,i)). Added in float64 and kept in the receiver's dtype; exact when the float64
+    sum is (see the module docstring)."""
+    ti, tj = float(receiver.theta), float(sender.theta)
+    if ti <= 0 or tj <= 0:
+        raise ConfigError(f"θ must be positive, got receiver θ={ti}, sender θ={tj}")
+    cd = COMPUTE_DTYPE
+    out = {
+        k: (v.to(cd) + sender.delta[k].to(cd)).to(v.dtype) if v.is_floating_point() else v
+        for k, v in receiver.delta.items()
+    }
+    return Message(out, ti + tj)
+
+
+def mean_of_sum(msg: Message) -> Delta:
+    """The root's aggregate from a θ-weighted sum message: S/θ in float64, one division
+    (like the central master's), kept in the message's dtype."""
+    th = float(msg.theta)
+    if th <= 0:
+        raise ConfigError(f"θ must be positive, got {th}")
+    return {
+        k: (v.to(COMPUTE_DTYPE) / th).to(v.dtype) if v.is_floating_point() else v
+        for k, v in msg.delta.items()
+    }
+
+
 def to_wire(delta: Delta, dtype: torch.dtype) -> Delta:
     """A delta as it is sent: floating tensors at least as wide as the wire dtype (a
     wire never narrows a wider model's tensors), others unchanged."""
@@ -139,10 +180,10 @@ class ChainSGD(Aggregator):
     ``wire``: the precision of the messages between devices. ``"float32"`` (default)
     sends the model's own float32 deltas and partial aggregates, each pair rounding
     once into float32, so the result equals the central mean up to a few float32
-    roundings. ``"float64"`` sends the partial aggregates in float64 (twice the bytes
-    per transfer, and two float64 copies in memory) and casts back once at the root:
-    the result then equals a float64-accumulated central mean to the last float32 bit
-    in all but a few elements (see the module docstring for which).
+    roundings. ``"float64"`` sends θ-weighted partial *sums* in float64 (twice the bytes
+    per transfer, and two float64 copies in memory), divides once at the root and casts
+    back: the result then equals the float64-accumulated central mean to the last bit
+    whenever the float64 sums are exact (see the module docstring).
     """
 
     name = "chain"
@@ -151,6 +192,7 @@ class ChainSGD(Aggregator):
     def __init__(self, wire: str = "float32") -> None:
         self.wire = wire
         self.dtype = wire_dtype(wire)
+        self.summed = self.weighted and carries_sum(wire)
 
     def reduce(self, deltas: Mapping[int, Delta], schedule: Schedule) -> ReduceResult:
         _check(deltas, schedule)
@@ -158,15 +200,18 @@ class ChainSGD(Aggregator):
         peak = dict.fromkeys(schedule.devices, 1)
         for p in schedule.pairs:
             a, b = held[p.receiver], held.pop(p.sender)
-            if self.weighted:
+            if self.summed:
+                held[p.receiver] = pair_sum(a, b)
+            elif self.weighted:
                 held[p.receiver] = pair_aggregate(a, b)
             else:
                 merged = pair_aggregate(Message(a.delta, 1.0), Message(b.delta, 1.0))
                 held[p.receiver] = Message(merged.delta, a.theta + b.theta)
             peak[p.receiver] = max(peak[p.receiver], 2)  # own + incoming
         root = schedule.root
-        agg = from_wire(held[root].delta, deltas[root])
-        return ReduceResult(agg, held[root].theta, root, peak)
+        top = held[root]
+        agg = from_wire(mean_of_sum(top) if self.summed else top.delta, deltas[root])
+        return ReduceResult(agg, top.theta, root, peak)
 
 
 class NeighborSGD(ChainSGD):

@@ -27,9 +27,17 @@ their signs survive ("α to −·, β to 0.·, ρ to −·"). Our choices and wh
   chosen, the smaller the penalty".) ρ dominates α and β so that avoiding
   busy devices wins over balancing when they conflict.
 - invalid action (a device that already sent, or the sender again as
-  receiver): −2 and the episode terminates; exceeding the step limit: −2 and
-  terminates. −2 is larger than any balance or busy term can add up to in one
-  step, so an invalid move is never worth it ("severe penalty").
+  receiver) and exceeding the step limit terminate the episode with a "severe
+  penalty": :func:`worst_complete_return` (a lower bound on the return of *any*
+  complete episode with the live N) minus 2. It must be that low: with a flat
+  −2 (rounds 1-5) an invalid move *beat* finishing the chain whenever the busy
+  penalties made every completion worse than −2 (e.g. N = 7 with 3 busy: best
+  complete return −2.34), so the Q-optimal policy was to stop at step 2, and an
+  invalid episode (−2.1) passed eq. 8's threshold (−2.54) — measured in round 6:
+  DGE's "converged" training reward at N = 7 and 9 was partly invalid episodes.
+  With the bound, an invalid move is worse than every complete schedule, as
+  "severe" requires, and can never pass T(N); the extra −2 keeps the old
+  constant's meaning (more than any one step can add).
 - completing the chain: +1.
 """
 
@@ -60,6 +68,7 @@ class RewardConfig:
     alpha: float = -0.1
     beta: float = 0.2
     rho: float = -1.0
+    # termination penalties, *below* :func:`worst_complete_return` (see the docstring)
     invalid: float = -2.0
     exceed: float = -2.0
     complete: float = 1.0
@@ -80,6 +89,28 @@ def _f(n: int, beta: float) -> float:
     """Eq. 9: f(N) = β(N mod 2) + f(⌊N/2⌋), f(1) = 0 (the base case was lost; 0
     is the only value that keeps f(2^k) = 0, a perfectly balanced tree)."""
     return 0.0 if n <= 1 else beta * (n % 2) + _f(n // 2, beta)
+
+
+def worst_complete_return(
+    n: int, cfg: RewardConfig = RewardConfig(), busy_delay: float = 2.0
+) -> float:
+    """A lower bound on the return of any complete episode with ``n`` live devices.
+
+    Every step costs at least α plus the busy penalty's floor min(ρ, 0) (2(N−1) steps);
+    the balance term −β·n_agg of the receivers adds up to at most β(0 + 1 + … + N−2)
+    (one device receiving everything); the latency term adds up to the final makespan,
+    at most the busy delay plus one transfer per pair (N−1); completing adds
+    R_complete. Each of those floors is ≤ 0, so the bound also holds for the rest of any
+    partly built episode: an invalid move is worse than every way to finish."""
+    if n < 2:
+        return cfg.complete
+    m = n - 1
+    return (
+        2 * m * min(0.0, cfg.alpha + min(cfg.rho, 0.0))
+        - abs(cfg.beta) * m * (m - 1) / 2
+        - abs(cfg.latency) * (max(busy_delay, 0.0) + m)
+        + cfg.complete
+    )
 
 
 def threshold(
@@ -236,6 +267,11 @@ class ChainSchedulingEnv(gym.Env):
             self.state[d] = DONE if d in self._absent else self._rest(d)
         return self._obs(), self._info()
 
+    def severe(self, penalty: float) -> float:
+        """Eq. 7's termination penalty: ``penalty`` below the worst complete return,
+        so stopping early never pays (see the module docstring)."""
+        return worst_complete_return(len(self.live), self.cfg, self.busy_delay) + penalty
+
     def _busy_penalty(self, d: int) -> float:
         if not self._busy[d]:
             return 0.0
@@ -249,7 +285,7 @@ class ChainSchedulingEnv(gym.Env):
             self.state[d] = self._rest(int(d))
         if not self.action_mask()[a]:
             self.t += 1
-            return self._obs(), cfg.invalid, True, False, self._info()
+            return self._obs(), self.severe(cfg.invalid), True, False, self._info()
         if self.sender is None:
             r = cfg.alpha + cfg.beta * self.n_agg[a] + self._busy_penalty(a)
             self.state[a] = SEND
@@ -272,7 +308,7 @@ class ChainSchedulingEnv(gym.Env):
             r += cfg.complete
             terminated = True
         elif self.t >= self.best_steps:
-            r += cfg.exceed
+            r += self.severe(cfg.exceed)
             terminated = True
         return self._obs(), float(r), terminated, False, self._info()
 

@@ -28,7 +28,10 @@ from edgetrain.decentralized.aggregation import (
     CentralSGD,
     Message,
     ReduceResult,
+    carries_sum,
+    mean_of_sum,
     pair_aggregate,
+    pair_sum,
     to_wire,
     wire_dtype,
 )
@@ -91,7 +94,9 @@ class _Device:
         other = from_bytes(blob)
         self.msg = Message(to_wire(self.msg.delta, wire_dtype(wire)), self.msg.theta)
         self.peak = max(self.peak, 2)
-        if weighted:
+        if weighted and carries_sum(wire):  # θ-weighted sums, divided at the root
+            self.msg = pair_sum(self.msg, other)
+        elif weighted:
             self.msg = pair_aggregate(self.msg, other)
         else:
             merged = pair_aggregate(Message(self.msg.delta, 1.0), Message(other.delta, 1.0))
@@ -188,6 +193,8 @@ class RayExecutor:
             self.ray.get(theta_ref)
         root = schedule.root
         msg = from_bytes(self.ray.get(acts[root].message.remote(wire)))
+        if aggregation == "chain" and carries_sum(wire):  # the root divides once: S/θ
+            msg = Message(mean_of_sum(msg), msg.theta)
         peak = dict(
             zip(
                 schedule.devices,

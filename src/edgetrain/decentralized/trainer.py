@@ -76,7 +76,8 @@ class ChainConfig:
     relearn_episodes: int = 60
     first_episodes: int = 300
     catalogue: str = "mdldroid"
-    # precision of the chain/neighbor messages (float64: 2x bytes per reduce transfer)
+    # precision of the chain/neighbor messages (float64: 2x bytes per reduce transfer,
+    # chain messages carry θ-weighted sums and equal Central's aggregate bit for bit)
     wire: str = "float32"
 
     def check(self) -> None:
