@@ -7,10 +7,9 @@ import pytest
 import torch
 
 from edgetrain import models
-from edgetrain.config import parse_config
 from edgetrain.engine.budget import IoContentionModel, minimum_budget, plan, simulate
 from edgetrain.errors import ConfigError
-from edgetrain.federated import FederatedConfig, FederatedServer, build_environment
+from edgetrain.federated import FederatedServer, build_environment
 from edgetrain.federated import baselines as bl
 from edgetrain.federated.baselines import (
     capuchin_plan,
@@ -24,6 +23,7 @@ from edgetrain.federated.plans import ON_DEVICE_PLAN_SLOWDOWN, PlanService
 from edgetrain.federated.server import make_plan_service
 from edgetrain.runs import RunDir
 from edgetrain.sim.clock import client_cost
+from fed_small import small_fleet_config
 
 
 @pytest.fixture(scope="module")
@@ -154,27 +154,8 @@ def test_gact_compresses_every_layer_and_steps_bits_down(service):
     assert low.compress_share.get("int4", 0.0) >= tight.compress_share["int4"]
 
 
-BASE = {
-    "seed": 3,
-    "data": {"max_samples": 500},
-    "fleet": {"clients": 12},
-    "federated": {"rounds": 2, "clients_per_round": 4, "local_steps": 2, "batch_size": 8},
-    "memory": {
-        "plan_batch": 2,
-        "bucket": 0.1,
-        "plan_model": {
-            "name": "mobilenetv2",
-            "options": {"width_mult": 0.1, "in_channels": 1, "input_size": 16},
-        },
-    },
-    "clock": {"flops_per_sample": 3.0e8, "model_bytes": 1.4e7},
-}
-
-
 def _cfg(**fed):
-    d = json.loads(json.dumps(BASE))
-    d["federated"].update(fed)
-    return parse_config(d, schema=FederatedConfig)
+    return small_fleet_config(federated={"rounds": 2, **fed})
 
 
 def test_server_applies_one_plan_to_every_client_and_charges_device_planning(tmp_path):

@@ -1,7 +1,5 @@
 """The round loop: resume == uninterrupted, dropouts, deadlines, memory outcomes, configs."""
 
-import json
-
 import pytest
 import torch
 
@@ -10,29 +8,9 @@ from edgetrain.errors import ConfigError
 from edgetrain.federated import FederatedConfig, FederatedServer, build_environment
 from edgetrain.federated.server import make_plan_service
 from edgetrain.runs import RunDir
+from fed_small import small_fleet_config
 
-BASE = {
-    "seed": 3,
-    "data": {"max_samples": 500},
-    "fleet": {"clients": 12},
-    "federated": {"rounds": 4, "clients_per_round": 4, "local_steps": 2, "batch_size": 8},
-    "memory": {
-        "plan_batch": 2,
-        "bucket": 0.1,
-        "plan_model": {
-            "name": "mobilenetv2",
-            "options": {"width_mult": 0.1, "in_channels": 1, "input_size": 16},
-        },
-    },
-    "clock": {"flops_per_sample": 3.0e8, "model_bytes": 1.4e7},
-}
-
-
-def _cfg(**over):
-    d = json.loads(json.dumps(BASE))
-    for k, v in over.items():
-        d.setdefault(k, {}).update(v)
-    return parse_config(d, schema=FederatedConfig)
+_cfg = small_fleet_config
 
 
 @pytest.fixture(scope="module")

@@ -1,0 +1,35 @@
+"""A small federated set-up shared by the federated tests: 12 clients, MobileNetV2 x0.1 plans.
+
+Small enough for CI (500 samples, 2 local steps, a 16-px plan model) yet with the memory mix
+that puts some clients under a plan."""
+
+from __future__ import annotations
+
+import json
+
+from edgetrain.config import parse_config
+from edgetrain.federated import FederatedConfig
+
+SMALL_FLEET = {
+    "seed": 3,
+    "data": {"max_samples": 500},
+    "fleet": {"clients": 12},
+    "federated": {"rounds": 4, "clients_per_round": 4, "local_steps": 2, "batch_size": 8},
+    "memory": {
+        "plan_batch": 2,
+        "bucket": 0.1,
+        "plan_model": {
+            "name": "mobilenetv2",
+            "options": {"width_mult": 0.1, "in_channels": 1, "input_size": 16},
+        },
+    },
+    "clock": {"flops_per_sample": 3.0e8, "model_bytes": 1.4e7},
+}
+
+
+def small_fleet_config(**sections: dict) -> FederatedConfig:
+    """:data:`SMALL_FLEET` with each keyword's dict merged into that section."""
+    d = json.loads(json.dumps(SMALL_FLEET))
+    for k, v in sections.items():
+        d.setdefault(k, {}).update(v)
+    return parse_config(d, schema=FederatedConfig)
