@@ -33,3 +33,18 @@ def small_fleet_config(**sections: dict) -> FederatedConfig:
     for k, v in sections.items():
         d.setdefault(k, {}).update(v)
     return parse_config(d, schema=FederatedConfig)
+
+
+def tiny_plan_service(batch: int):
+    """A server plan service over MobileNetV2 x0.1 at 16 px, profiled once at ``batch``."""
+    import torch
+
+    from edgetrain import models
+    from edgetrain.federated.plans import PlanService
+
+    torch.manual_seed(0)
+    m = models.build("mobilenetv2", seed=0, width_mult=0.1, in_channels=1, input_size=16)
+    gen = torch.Generator().manual_seed(0)
+    x = models.example_input(m, batch, gen)
+    y = torch.randint(0, 10, (batch,), generator=gen)
+    return PlanService(m, x, y, "mobilenetv2", bucket=0.1, repeats=1)

@@ -6,23 +6,12 @@ import yaml
 from typer.testing import CliRunner
 
 from edgetrain.cli import app
+from fed_small import SMALL_FLEET
 
-CFG = {
-    "name": "cli",
-    "seed": 2,
-    "data": {"max_samples": 400},
-    "fleet": {"clients": 8},
-    "federated": {"rounds": 2, "clients_per_round": 3, "local_steps": 1, "batch_size": 8},
-    "memory": {
-        "plan_batch": 2,
-        "bucket": 0.2,
-        "plan_model": {
-            "name": "mobilenetv2",
-            "options": {"width_mult": 0.1, "in_channels": 1, "input_size": 16},
-        },
-    },
-    "clock": {"flops_per_sample": 3.0e8, "model_bytes": 1.4e7},
-}
+CFG = json.loads(json.dumps(SMALL_FLEET))  # smaller still: the command runs twice
+CFG.update(name="cli", seed=2, data={"max_samples": 400}, fleet={"clients": 8})
+CFG["federated"].update(rounds=2, clients_per_round=3, local_steps=1)
+CFG["memory"]["bucket"] = 0.2
 
 
 def test_federate_json_and_compare(tmp_path):

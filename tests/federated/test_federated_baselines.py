@@ -4,9 +4,7 @@ import json
 
 import numpy as np
 import pytest
-import torch
 
-from edgetrain import models
 from edgetrain.engine.budget import IoContentionModel, minimum_budget, plan, simulate
 from edgetrain.errors import ConfigError
 from edgetrain.federated import FederatedServer, build_environment
@@ -19,21 +17,16 @@ from edgetrain.federated.baselines import (
     uniform_fraction,
     uniform_plan,
 )
-from edgetrain.federated.plans import ON_DEVICE_PLAN_SLOWDOWN, PlanService
+from edgetrain.federated.plans import ON_DEVICE_PLAN_SLOWDOWN
 from edgetrain.federated.server import make_plan_service
 from edgetrain.runs import RunDir
 from edgetrain.sim.clock import client_cost
-from fed_small import small_fleet_config
+from fed_small import small_fleet_config, tiny_plan_service
 
 
 @pytest.fixture(scope="module")
 def service():
-    torch.manual_seed(0)
-    m = models.build("mobilenetv2", seed=0, width_mult=0.1, in_channels=1, input_size=16)
-    gen = torch.Generator().manual_seed(0)
-    x = models.example_input(m, 4, gen)
-    y = torch.randint(0, 10, (4,), generator=gen)
-    return PlanService(m, x, y, "mobilenetv2", bucket=0.1, repeats=1)
+    return tiny_plan_service(4)
 
 
 def _unplanned(prof):

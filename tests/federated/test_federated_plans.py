@@ -2,20 +2,14 @@
 
 import numpy as np
 import pytest
-import torch
 
-from edgetrain import models
 from edgetrain.federated.plans import PlanService, bucket_of, kmeans_labels
+from fed_small import tiny_plan_service
 
 
 @pytest.fixture(scope="module")
 def service():
-    torch.manual_seed(0)
-    m = models.build("mobilenetv2", seed=0, width_mult=0.1, in_channels=1, input_size=16)
-    gen = torch.Generator().manual_seed(0)
-    x = models.example_input(m, 2, gen)
-    y = torch.randint(0, 10, (2,), generator=gen)
-    return PlanService(m, x, y, "mobilenetv2", bucket=0.1, repeats=1)
+    return tiny_plan_service(2)
 
 
 def test_bucket_floors_to_grid():
