@@ -12,12 +12,15 @@ Sections (paper figure in brackets; ``--sections`` names in parentheses):
 2. (sched) simulated time and energy variance, Chain (DQN) vs Ring vs Tree, plus the
    latency-optimal reference schedule, random allocation with ≤ 50 % busy devices,
    ``--reps`` repetitions per N [Fig. 10] — schedules and the simulated clock only;
+   ``--dqn-seeds 0,1,2`` repeats it with several DQN seeds on the same allocations and
+   prints the median and spread of each percentage per N and overall;
 3. (sweep) the same without the DQN for several busy durations: how much time the
    best possible schedule can save over Tree and Ring under this clock;
 4. (threshold) eq. 8's threshold T(N) against the best return any schedule reaches
    (exact dynamic programming) and the share of random episodes passing it [eq. 8-10];
-5. (explore) DQN episodes to convergence with TDGE vs DGE vs TGE, medians over seeds
-   [Fig. 8];
+5. (explore) DQN episodes to convergence with TDGE vs DGE vs TGE (and the readings
+   ``tdge-greedy`` and ``tdge-a2``), medians over seeds [Fig. 8b], and the scheduler's
+   training time until its learning slot ends, env steps and CPU s [Fig. 8a];
 6. (speedup) speed-up of an N-device epoch over single-device training, both on the
    phone compute model, Bluetooth and Wi-Fi Direct, at the watch data's size and at
    MDLdroid Table 1's smallest and largest training-set sizes [Fig. 14];
@@ -296,7 +299,22 @@ class Clock:
         )
 
 
-def scheduler_section(ds, ns, reps: int, first: int, relearn: int, seed: int) -> None:
+def scheduler_section(
+    ds,
+    ns,
+    reps: int,
+    first: int,
+    relearn: int,
+    seed: int,
+    dqn_seed: int | None = None,
+    verbose: bool = True,
+) -> dict:
+    """Chain vs Tree vs Ring on ``reps`` random allocations per N (drawn from ``seed + N``,
+    so every DQN seed sees the same allocations); the Chain scheduler's DQN is seeded
+    with ``dqn_seed`` (default ``seed``). Prints the tables when ``verbose``; returns the
+    per-N figures the multi-seed summary needs (``{n: {...}}`` plus ``"pooled"``)."""
+    dqn_seed = seed if dqn_seed is None else dqn_seed
+    summary: dict = {}
     clock = Clock(ds)
     c = clock.transfer_s
     names = ("chain", "tree", "ring", "opt", "ringp")
@@ -307,7 +325,11 @@ def scheduler_section(ds, ns, reps: int, first: int, relearn: int, seed: int) ->
         prof, flops, train_s = clock.fleet(n)
         scheds = {
             "chain": ChainScheduler(
-                n, seed=seed, first_episodes=first, relearn_episodes=relearn, busy_delay=BUSY_S / c
+                n,
+                seed=dqn_seed,
+                first_episodes=first,
+                relearn_episodes=relearn,
+                busy_delay=BUSY_S / c,
             ),
             "tree": TreeScheduler(),
             "ring": RingScheduler(),
@@ -377,6 +399,13 @@ def scheduler_section(ds, ns, reps: int, first: int, relearn: int, seed: int) ->
         m5 = {k: statistics.mean(v) for k, v in t5.items()}
         mi = {k: statistics.mean(v) for k, v in ti.items()}
         mv = {k: statistics.mean(v) for k, v in var.items()}
+        summary[n] = {
+            "f_ct": pct_less(mf["chain"], mf["tree"]),
+            "f_cr": pct_less(mf["chain"], mf["ring"]),
+            "var_ct": pct_less(mv["chain"], mv["tree"]),
+            "f_chain": mf["chain"],
+            "fallbacks": fallbacks,
+        }
         row = [
             n,
             m5["chain"],
@@ -403,6 +432,12 @@ def scheduler_section(ds, ns, reps: int, first: int, relearn: int, seed: int) ->
             ]
             + [f"{busy_draws}/{reps}", fallbacks]
         )
+    summary["pooled"] = {
+        "f_ct": pct_less(f_pooled["chain"], f_pooled["tree"]),
+        "f_cr": pct_less(f_pooled["chain"], f_pooled["ring"]),
+    }
+    if not verbose:
+        return summary
     mean = {k: statistics.mean(v) for k, v in avg.items()}
     rows_t.append(["mean"] + [""] * 4 + [mean[k] for k in ("ct", "cr", "ot", "or", "ict", "icr")])
     table(
@@ -510,6 +545,63 @@ def scheduler_section(ds, ns, reps: int, first: int, relearn: int, seed: int) ->
             "Tree<Ring %",
         ],
         rows_f,
+    )
+    return summary
+
+
+def _spread(v: list[float]) -> str:
+    """median [min, max] of a list of percentages."""
+    return f"{statistics.median(v):.1f} [{min(v):.1f}, {max(v):.1f}]"
+
+
+def dqn_seeds_section(
+    ds, ns, reps: int, first: int, relearn: int, seed: int, dqn_seeds: list[int]
+) -> None:
+    """The Chain vs Tree / Ring comparison repeated with several DQN seeds on the *same*
+    allocations: how much of each percentage is the DQN's run-to-run spread. The full
+    tables are printed for the first DQN seed only."""
+    runs = []
+    for i, ds_seed in enumerate(dqn_seeds):
+        t = time.time()
+        runs.append(scheduler_section(ds, ns, reps, first, relearn, seed, ds_seed, verbose=i == 0))
+        print(f"(DQN seed {ds_seed}: {time.time() - t:.0f} s wall)", flush=True)
+    keys = (("f_ct", "f Chain<Tree %"), ("f_cr", "f Chain<Ring %"), ("var_ct", "var Chain<Tree %"))
+    rows = []
+    for n in ns:
+        row: list = [n]
+        for k, _ in keys:
+            row.append(_spread([r[n][k] for r in runs]))
+        row.append(_spread([r[n]["f_chain"] for r in runs]))
+        row.append(" ".join(str(r[n]["fallbacks"]) for r in runs))
+        rows.append(row)
+    # overall figure per DQN seed = mean of the per-N % (the README's "mean" row)
+    row = ["mean of N"]
+    for k, _ in keys:
+        row.append(_spread([statistics.mean(r[n][k] for n in ns) for r in runs]))
+    rows.append(row + ["", ""])
+    rows.append(
+        ["pooled"]
+        + [_spread([r["pooled"][k] for r in runs]) for k in ("f_ct", "f_cr")]
+        + ["", "", ""]
+    )
+    per_seed = [
+        [s]
+        + [statistics.mean(r[n][k] for n in ns) for k, _ in keys]
+        + [r["pooled"]["f_ct"], r["pooled"]["f_cr"]]
+        for s, r in zip(dqn_seeds, runs, strict=True)
+    ]
+    table(
+        f"Chain vs Tree / Ring over DQN seeds {dqn_seeds} (same {reps} ≤50%-busy "
+        "allocations per N for every seed): median [min, max] over the seeds of eq. 5's "
+        "latency f reduction and the energy-variance (eq. 6) reduction [Fig. 10]; "
+        "fallbacks per seed; 'mean of N' = per seed the mean of the per-N %",
+        ["N"] + [h for _, h in keys] + ["Chain f s", "DQN fallbacks"],
+        rows,
+    )
+    table(
+        "Per DQN seed: mean over N of the per-N % and the pooled f reduction",
+        ["DQN seed"] + [h for _, h in keys] + ["pooled f Chain<Tree %", "pooled f Chain<Ring %"],
+        per_seed,
     )
 
 
@@ -653,12 +745,16 @@ def exploration_section(
     the Chain scheduler ends a learning slot) and the training reward's 10-episode mean
     first reaching the bar (Fig. 8b's convergence of cumulative reward)."""
     rows = []
+    # Fig. 8a: per (N, strategy) the learning slot's cost until it ends (greedy policy at
+    # the bar, where the Chain scheduler stops; the budget if never): env steps, CPU s
+    cost: dict = {}
     for bar in bars:
         for n in ns:
             row: list = [bar, n]
             pass_rates = []
             for expl in strategies:
                 greedy, reward, passed, latent = [], [], [], []
+                steps, cpu = [], []
                 for r in range(reps):
                     st = random_statuses(n, np.random.default_rng(seed + 31 * r + n), 0.5)
                     env = ChainSchedulingEnv(n, st, busy_delay=busy_delay)
@@ -679,6 +775,11 @@ def exploration_section(
                     reward.append(reward_converged_at(res.returns, thr) or budget)
                     passed.append(res.passed_at or budget)
                     latent.append(res.greedy_at or budget)
+                    end = (res.converged_at or res.episodes) - 1
+                    steps.append(res.steps_at[end])
+                    cpu.append(res.cpu_at[end])
+                if bar == bars[0]:
+                    cost[n, expl] = (steps, cpu)
                 row += [
                     statistics.median(greedy),
                     statistics.median(reward),
@@ -700,6 +801,48 @@ def exploration_section(
         ["bar", "N"]
         + [c for e in strategies for c in (f"{e.upper()} g", f"{e.upper()} r", "n", "p", "l")]
         + ["rand%"],
+        rows,
+    )
+    _training_time_table(ns, reps, budget, bars[0], strategies, cost)
+
+
+def _training_time_table(ns, reps: int, budget: int, bar: str, strategies, cost: dict) -> None:
+    """Fig. 8a: the scheduler's training time per N and strategy, mean and standard
+    deviation over the seeds, in environment steps (training episodes + the greedy
+    convergence checks once exploiting) and in CPU seconds of the learning thread."""
+    rows = []
+    for n in ns:
+        row: list = [n]
+        for e in strategies:
+            st, cp = cost[n, e]
+            row += [
+                f"{statistics.mean(st):.0f} ± {statistics.pstdev(st):.0f}",
+                f"{statistics.mean(cp):.2f} ± {statistics.pstdev(cp):.2f}",
+            ]
+        rows.append(row)
+    # overall: mean over N of the per-N mean steps and the per-N std; ratio to the first
+    mean_st = {e: statistics.mean(statistics.mean(cost[n, e][0]) for n in ns) for e in strategies}
+    sd_st = {e: statistics.mean(statistics.pstdev(cost[n, e][0]) for n in ns) for e in strategies}
+    row = ["mean of N"]
+    for e in strategies:
+        mean_cp = statistics.mean(statistics.mean(cost[n, e][1]) for n in ns)
+        row += [f"{mean_st[e]:.0f} ± {sd_st[e]:.0f}", f"{mean_cp:.2f}"]
+    rows.append(row)
+    first = strategies[0]
+    row = [f"x {first.upper()}"]
+    for e in strategies:
+        r_mean = mean_st[e] / mean_st[first] if mean_st[first] else float("nan")
+        r_sd = sd_st[e] / sd_st[first] if sd_st[first] else float("nan")
+        row += [f"{r_mean:.2f} (sd {r_sd:.2f})", ""]
+    rows.append(row)
+    table(
+        f"Fig. 8a: Chain-scheduler training time until the learning slot ends (the greedy "
+        f"policy reaches the bar '{bar}'; budget {budget} episodes if never), mean ± std over "
+        f"{reps} seeds: env steps (training + convergence-check rollouts) and CPU s of the "
+        f"learning thread; 'x {first.upper()}' = each strategy's mean steps (and mean std) "
+        f"over {first.upper()}'s (paper: TDGE 1.2x / 1.3x less than TGE / DGE, std 1.9x / "
+        "2.1x less)",
+        ["N"] + [c for e in strategies for c in (f"{e.upper()} steps", f"{e.upper()} CPU s")],
         rows,
     )
 
@@ -828,6 +971,12 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--min-n", type=int, default=2, help="smallest fleet (sched, sweep, ...)")
     ap.add_argument("--first", type=int, default=300, help="DQN episodes, first learning slot")
     ap.add_argument("--relearn", type=int, default=60, help="DQN episodes per re-learning slot")
+    ap.add_argument(
+        "--dqn-seeds",
+        default=None,
+        help="comma list of Chain-scheduler DQN seeds for the sched section (same "
+        "allocations for each; prints median and spread); default: one run, DQN seed = --seed",
+    )
     ap.add_argument("--sweep-reps", type=int, default=200, help="allocations per N in the sweep")
     ap.add_argument("--acc-epochs", type=int, default=10, help="training epochs, accuracy rows")
     ap.add_argument("--acc-seeds", type=int, default=1, help="seeds for the accuracy rows")
@@ -843,8 +992,9 @@ def main(argv: list[str] | None = None) -> None:
     )
     ap.add_argument(
         "--explore-strategies",
-        default="tdge,dge,tge,tdge-a2",
-        help="comma list of exploration strategies (tdge-a2 = Algorithm 2 read literally)",
+        default="tdge,tdge-greedy,dge,tge,tdge-a2",
+        help="comma list of exploration strategies (tdge-a2 = Algorithm 2 read literally, "
+        "tdge-greedy = the threshold compared with a greedy evaluation episode's reward)",
     )
     ap.add_argument(
         "--explore-ns", default="3,5,7,9", help="comma list of N for the explore section"
@@ -864,10 +1014,14 @@ def main(argv: list[str] | None = None) -> None:
         plan = {
             "acc": lambda: accuracy_section(ds, [3], 1, [args.seed]),
             "numerics": lambda: numerics_section(ds, [3], 1, [args.seed]),
-            "sched": lambda: scheduler_section(ds, [4], 3, 20, 5, args.seed),
+            "sched": lambda: dqn_seeds_section(
+                ds, [4], 3, 20, 5, args.seed, [args.seed, args.seed + 1]
+            ),
             "sweep": lambda: sweep_section(ds, [3, 4], 5, [2.0], args.seed),
             "threshold": lambda: threshold_section([3, 4], 50, 2.0, args.seed),
-            "explore": lambda: exploration_section([3], 1, 20, 2.0, args.seed),
+            "explore": lambda: exploration_section(
+                [3], 1, 20, 2.0, args.seed, strategies=("tdge", "tdge-greedy", "dge")
+            ),
             "speedup": lambda: speedup_section(ds, [2], args.seed),
             "tradeoff": lambda: tradeoff_section(ds, 2, [(1, 1), (2, 1)], args.seed, 20, 5),
         }
@@ -886,8 +1040,18 @@ def main(argv: list[str] | None = None) -> None:
                 args.acc_epochs,
                 list(range(args.seed, args.seed + args.acc_seeds)),
             ),
-            "sched": lambda: scheduler_section(
-                ds, ns, args.reps, args.first, args.relearn, args.seed
+            "sched": lambda: (
+                scheduler_section(ds, ns, args.reps, args.first, args.relearn, args.seed)
+                if args.dqn_seeds is None
+                else dqn_seeds_section(
+                    ds,
+                    ns,
+                    args.reps,
+                    args.first,
+                    args.relearn,
+                    args.seed,
+                    [int(x) for x in args.dqn_seeds.split(",")],
+                )
             ),
             "sweep": lambda: sweep_section(
                 ds, [n for n in ns if n >= 3], args.sweep_reps, [1, 2, 3, bd, 10], args.seed

@@ -68,3 +68,11 @@ def test_chain_command_rejects_bad_wire(capsys):
         main(["chain", "--wire", "float16", "--json"])
     assert exc.value.code == 2
     assert "wire 'float16' is not one of float32, float64" in capsys.readouterr().err
+
+
+def test_chain_command_rejects_bad_exploration(capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(["chain", "--exploration", "boltzmann", "--json"])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert "exploration 'boltzmann' is not one of" in err and "tdge-greedy" in err

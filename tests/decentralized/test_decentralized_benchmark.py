@@ -24,6 +24,8 @@ def test_mdldroid_benchmark_quick(capsys):
         "Chain vs Central numerics",
         "Eq. 8 threshold vs the best reachable return",
         "episodes to convergence",
+        "Chain vs Tree / Ring over DQN seeds [0, 1]",
+        "Fig. 8a: Chain-scheduler training time",
         "Speed-up",
         "trade-off",
     ):
@@ -37,6 +39,21 @@ def test_mdldroid_benchmark_quick(capsys):
     sched_row = next(r for r in out.splitlines() if r.startswith("| 4 |") and "." in r)
     opt_vs_tree, opt_vs_ring = (float(c) for c in sched_row.split("|")[8:10])
     assert opt_vs_tree >= 0 and opt_vs_ring >= 0
+    # the DQN-seeds summary: one row per N plus the mean-of-N and pooled rows, each
+    # cell "median [min, max]" with min <= median <= max
+    lines = out.splitlines()
+    start = next(i for i, r in enumerate(lines) if "over DQN seeds [0, 1]" in r)
+    seeds_rows = lines[start + 3 : start + 6]
+    assert [r.split("|")[1].strip() for r in seeds_rows] == ["4", "mean of N", "pooled"]
+    for cell in seeds_rows[0].split("|")[2:5]:
+        med, rest = cell.strip().split(" [")
+        lo, hi = rest.rstrip("]").split(", ")
+        assert float(lo) <= float(med) <= float(hi)
+    # Fig. 8a: TDGE, TDGE-GREEDY and DGE spend a positive number of steps and CPU seconds
+    start = next(i for i, r in enumerate(lines) if "Fig. 8a" in r)
+    fig8a = [c.strip() for c in lines[start + 3].split("|")]
+    assert fig8a[1] == "3"
+    assert all(float(c.split("±")[0]) > 0 for c in fig8a[2:8])
     # the threshold table: T lies below the exact best return on every row
     lines = out.splitlines()
     start = next(i for i, r in enumerate(lines) if "Eq. 8 threshold vs" in r)

@@ -188,6 +188,46 @@ def test_exploration_schedules_follow_algorithm_2():
     assert eps("tdge-a2", -100.0) == pytest.approx([1.0] + [new * d**k for k in range(1, 6)])
 
 
+def test_tdge_greedy_compares_a_greedy_evaluation_episode_with_the_threshold():
+    """tdge-greedy: ε = 1 while exploring fully, every (eval_every + 1)-th episode is a
+    greedy one (ε = 0) and only its reward can end the ε = 1 phase; the evaluation
+    episodes are ordinary episodes (returns, budget, replay buffer, steps)."""
+    st = [DeviceStatus(0), DeviceStatus(1, in_use=True), DeviceStatus(2)]
+    env = ChainSchedulingEnv(3, st)
+    d, new = DQNConfig().eps_decay, DQNConfig().eps_new
+
+    def run(expl: str, bar: float, episodes: int = 14):
+        cfg = DQNConfig(exploration=expl, stop_at_convergence=False)
+        agent = DQNAgent(3 * PER_DEVICE + GLOBAL, 3, cfg, seed=0)
+        return agent, agent.learn(env, episodes, threshold_override=bar)
+
+    # any complete episode passes: TDGE switches after its first (random) episode,
+    # tdge-greedy only after its first greedy evaluation episode (episode 6)
+    _, low = run("tdge-greedy", -100.0)
+    assert low.eps[:6] == [1.0] * 5 + [0.0]
+    assert low.eps[6:] == pytest.approx([new * d**k for k in range(1, 9)])
+    assert low.passed_at == 1 and low.greedy_at == 6
+    _, tdge = run("tdge", -100.0)
+    assert tdge.eps[1] == pytest.approx(new * d)
+    # an unreachable bar: ε = 1 for good, with a greedy episode every 6th
+    agent, high = run("tdge-greedy", 100.0, 12)
+    assert high.eps == ([1.0] * 5 + [0.0]) * 2
+    assert high.converged_at is None and high.greedy_at is None and high.episodes == 12
+    assert len(high.returns) == 12 and len(agent.buffer) == agent.steps
+    # N = 3: every valid episode has 2(N-1) = 4 steps, evaluation episodes included;
+    # no convergence check runs while exploring fully, so steps_at counts episodes only
+    assert high.steps_at == [4 * k for k in range(1, 13)] and agent.steps == 48
+    assert all(b >= a for a, b in zip(high.cpu_at, high.cpu_at[1:], strict=False))
+    # once exploiting, the convergence checks' rollouts count in the slot's steps
+    _, low_tdge = run("tdge", -100.0, 10)
+    assert low_tdge.steps_at[-1] > 4 * 10
+    # the Chain scheduler runs with it and deploys a complete schedule
+    sched = ChainScheduler(3, seed=0, dqn=DQNConfig(exploration="tdge-greedy"), first_episodes=40)
+    plan = sched.schedule(st)
+    assert sorted(plan.devices) == [0, 1, 2] and len(plan.pairs) == 2
+    assert sched.log[-1].learn.eps[5] == 0.0
+
+
 def test_only_complete_episodes_pass_and_masked_greedy_stays_valid():
     st = [DeviceStatus(d, in_use=d == 2) for d in range(5)]
     env = ChainSchedulingEnv(5, st)

@@ -35,6 +35,12 @@ def register(app: typer.Typer) -> None:
             "per reduce transfer; chain messages then carry θ-weighted sums, divided once at "
             "the root, and the aggregate equals Central's bit for bit).",
         ),
+        exploration: str = typer.Option(
+            "tdge",
+            help="Chain scheduler's DQN exploration: tdge (ε = 1 until an episode's reward "
+            "passes T(N), then decaying from ε_new), tdge-greedy (the same, T compared with a "
+            "greedy evaluation episode's reward), tdge-a2 (Algorithm 2 literally), dge, tge.",
+        ),
         fault: list[str] = typer.Option(
             [], help="DEVICE@LOST[:REJOIN] iteration range a device is down, e.g. 2@1:3."
         ),
@@ -60,6 +66,7 @@ def register(app: typer.Typer) -> None:
             link=link,
             busy=busy,
             wire=wire,
+            exploration=exploration,
             faults=[Fault.parse(f) for f in fault],
             init_model=init_model,
         )

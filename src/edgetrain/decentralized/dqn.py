@@ -12,6 +12,14 @@ MDLdroid §3.3.2:
   reaches the given threshold, we then switch the exploration to start epsilon
   decaying from the predefined value"): ε = 1 until T is passed, then ε = ε_new,
   decaying every episode.
+- ``tdge-greedy``: the prose's "ensure the model to fully explore until the reward
+  reaches the given threshold" read as the *model's* reward: ε = 1 until a greedy
+  evaluation episode (ε = 0, one after every ``eval_every`` exploring episodes) passes
+  T, then ε = ε_new, decaying like TDGE. Under ``tdge`` the compared reward is the
+  exploring episode's own, which while ε = 1 is the return of a random schedule; here
+  it is what the network has learned. The evaluation episodes are ordinary episodes:
+  they count in the episode index and the budget, their return is in ``returns``,
+  their transitions go to the replay buffer and their steps train the network.
 - ``tdge-a2``: Algorithm 2 read literally. Its loop ends every Epoch (episode)
   with "update ε by decaying" whatever happened, and sets "ε ← ε_new" when a
   terminated episode's reward exceeds T_R: ε decays from 1 like DGE and jumps to
@@ -30,7 +38,7 @@ round 6 (DGE, N = 7 with 3 busy and N = 9 with 4 busy, 3 seeds): 47-100 % of the
 last 100 of 300 episodes still ended on an invalid action, while the masked
 agent's greedy schedule reached T(N) by episode 10-15 on the same draws. Convergence is checked
 every ``eval_every`` episodes once the agent exploits (DGE and ``tdge-a2`` from
-the start, TDGE and TGE after the switch) with a greedy rollout (masked as the
+the start, TDGE, TGE and ``tdge-greedy`` after the switch) with a greedy rollout (masked as the
 training steps are): the slot ends when the policy alone builds a schedule whose
 return reaches T(N), or when the episode budget (the learning slot) runs out. The
 deployed schedule is the masked greedy one, or the best seen if that is better.
@@ -38,6 +46,7 @@ deployed schedule is the masked greedy one, or the best seen if that is better.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -48,7 +57,7 @@ from edgetrain.decentralized.env import ChainSchedulingEnv, threshold
 from edgetrain.decentralized.schedule import Schedule
 from edgetrain.errors import ConfigError
 
-EXPLORATIONS = ("tdge", "dge", "tge", "tdge-a2")
+EXPLORATIONS = ("tdge", "dge", "tge", "tdge-a2", "tdge-greedy")
 
 
 @dataclass
@@ -175,6 +184,12 @@ class LearnResult:
     # TDGE/TGE still explore fully (a diagnostic; it does not end the slot)
     greedy_at: int | None = None
     eps: list[float] = field(default_factory=list)  # ε each episode was run with
+    # Fig. 8a's training time: per episode, the cumulative environment steps the slot has
+    # taken so far (its episodes plus the greedy convergence-check rollouts) and the
+    # cumulative CPU seconds of the learning thread (time.thread_time: one thread's own
+    # time, not the neighbours' on a shared machine)
+    steps_at: list[int] = field(default_factory=list)
+    cpu_at: list[float] = field(default_factory=list)
 
 
 class DQNAgent:
@@ -195,6 +210,7 @@ class DQNAgent:
         self.opt = torch.optim.Adam(self.q.parameters(), lr=cfg.lr)
         self.buffer = ReplayBuffer(cfg.buffer_size, obs_dim, self.rng, n_actions)
         self.steps = 0
+        self.eval_steps = 0  # steps of greedy convergence-check rollouts (not trained on)
         self.updates = 0
 
     # -- acting ------------------------------------------------------------
@@ -239,6 +255,7 @@ class DQNAgent:
         while not done:
             a = self.greedy(obs, info["action_mask"] if masked else None)
             obs, r, done, trunc, info = env.step(a)
+            self.eval_steps += 1
             total += r
             done = done or trunc
         return total, env.complete()
@@ -268,14 +285,22 @@ class DQNAgent:
             res = LearnResult(0, None, threshold=thr)
             # DGE and Algorithm 2 read literally decay ε from the first episode
             decay_always = cfg.exploration in ("dge", "tdge-a2")
-            switched = False  # ε ← ε_new has happened (TGE, TDGE, tdge-a2)
+            # tdge-greedy: only a greedy evaluation episode's reward can end the ε = 1 phase
+            by_greedy = cfg.exploration == "tdge-greedy"
+            decay_after = cfg.exploration in ("tdge", "tdge-greedy")
+            switched = False  # ε ← ε_new has happened (TGE, TDGE, tdge-a2, tdge-greedy)
             eps = eps_start
+            steps0, check_steps, cpu0 = self.steps, 0, time.thread_time()
             for ep in range(1, episodes + 1):
-                res.eps.append(eps)
+                # tdge-greedy, still exploring fully: every (eval_every + 1)-th episode is
+                # a greedy evaluation episode (ε = 0) whose reward is compared with T
+                evaluating = by_greedy and not switched and ep % (cfg.eval_every + 1) == 0
+                ep_eps = 0.0 if evaluating else eps
+                res.eps.append(ep_eps)
                 obs, info = env.reset()
                 total, done = 0.0, False
                 while not done:
-                    a = self.act(obs, info["action_mask"], eps)
+                    a = self.act(obs, info["action_mask"], ep_eps)
                     obs2, r, done, trunc, info = env.step(a)
                     self.buffer.add(obs, a, r, obs2, done, info["action_mask"])
                     obs, total = obs2, total + r
@@ -296,21 +321,34 @@ class DQNAgent:
                 ok_pass = env.complete() and total > thr
                 if res.passed_at is None and ok_pass:
                     res.passed_at = ep
-                if ok_pass and not switched and cfg.exploration != "dge":
+                if evaluating and ok_pass:
+                    res.greedy_at = res.greedy_at or ep
+                can_switch = evaluating if by_greedy else cfg.exploration != "dge"
+                if ok_pass and not switched and can_switch:
                     switched, eps = True, cfg.eps_new  # Algorithm 2: ε ← ε_new
-                if decay_always or (switched and cfg.exploration == "tdge"):
+                if decay_always or (switched and decay_after):
                     eps = max(cfg.eps_min, eps * cfg.eps_decay)  # "update ε by decaying"
                 exploiting = decay_always or switched
-                check = res.converged_at is None and (exploiting or res.greedy_at is None)
+                # the greedy check: the convergence test once exploiting; before that the
+                # "l" diagnostic (tdge-greedy's evaluation episodes already are that test)
+                diag = res.greedy_at is None and not by_greedy
+                check = res.converged_at is None and (exploiting or diag)
+                stop = False
                 if ep % cfg.eval_every == 0 and check:
+                    before, t_before = self.eval_steps, time.thread_time()
                     g, ok = self.rollout(env, masked=cfg.mask_greedy)
+                    if exploiting:  # part of the slot; the diagnostic is not
+                        check_steps += self.eval_steps - before
+                    else:
+                        cpu0 += time.thread_time() - t_before
                     if ok and g >= thr:
                         res.greedy_at = res.greedy_at or ep
                         if exploiting:
                             res.converged_at = ep
-                            if cfg.stop_at_convergence:
-                                break
-                if (
+                            stop = cfg.stop_at_convergence
+                res.steps_at.append(self.steps - steps0 + check_steps)
+                res.cpu_at.append(time.thread_time() - cpu0)
+                if stop or (
                     cfg.stop_when_both_converged
                     and res.converged_at is not None
                     and res.passed_at is not None

@@ -37,6 +37,7 @@ from edgetrain.decentralized.aggregation import WIRE_DTYPES, Aggregator, make_ag
 from edgetrain.decentralized.broadcast import resource_score
 from edgetrain.decentralized.chain_scheduler import ChainScheduler
 from edgetrain.decentralized.costs import BUSY_S, energy_variance, link_time_s, simulate_iteration
+from edgetrain.decentralized.dqn import EXPLORATIONS, DQNConfig
 from edgetrain.decentralized.faults import DeviceCache, Fault
 from edgetrain.decentralized.resources import DeviceStatus, random_statuses
 from edgetrain.decentralized.schedule import star_schedule
@@ -79,6 +80,8 @@ class ChainConfig:
     # precision of the chain/neighbor messages (float64: 2x bytes per reduce transfer,
     # chain messages carry θ-weighted sums and equal Central's aggregate bit for bit)
     wire: str = "float32"
+    # the Chain scheduler's exploration strategy (dqn.EXPLORATIONS; TDGE is the paper's)
+    exploration: str = "tdge"
 
     def check(self) -> None:
         for name, value, allowed in (
@@ -87,6 +90,7 @@ class ChainConfig:
             ("setting", self.setting, SETTINGS),
             ("busy", self.busy, BUSY_MODES),
             ("wire", self.wire, tuple(WIRE_DTYPES)),
+            ("exploration", self.exploration, EXPLORATIONS),
         ):
             if value not in allowed:
                 raise ConfigError(f"{name} {value!r} is not one of {', '.join(allowed)}")
@@ -191,6 +195,7 @@ def make_scheduler(cfg: ChainConfig, busy_delay: float) -> Scheduler:
         first_episodes=cfg.first_episodes,
         relearn_episodes=cfg.relearn_episodes,
         busy_delay=busy_delay,
+        dqn=DQNConfig(exploration=cfg.exploration),
     )
 
 
