@@ -15,6 +15,8 @@ per round and peak RSS for 1 000 clients x 100 per round, in-process).
     # "without optimizer" with the recompute planner alone
     .venv/bin/python benchmarks/fedhybrid_tta.py --baseline-plans per_client \
         --device-plan-generator recompute
+    # FedHybrid §5.1's local work (CV): 10 local epochs, batch 64 (capped at the partition)
+    .venv/bin/python benchmarks/fedhybrid_tta.py --local-epochs 10 --batch 64
 
 Round semantics (defaults, see edgetrain.federated.config): every selector picks
 int(1.3 x k) clients, the round closes at the k-th report or at the deadline (2 x the
@@ -69,10 +71,16 @@ def task_config(
     rounds: int | None = None,
     m_g: str | None = None,
     semantics: dict | None = None,
+    local_epochs: int | None = None,
+    batch: int | None = None,
 ) -> FederatedConfig:
     """The benchmark task; ``semantics`` overrides federated fields (memstat, overcommit,
     failure_report, deadline_factor, straggler_feedback, baseline_plans,
-    baseline_plan_charge, device_plan_generator) to reproduce older behaviour."""
+    baseline_plan_charge, device_plan_generator) to reproduce older behaviour.
+
+    ``local_epochs`` / ``batch``: the local work of every method alike (default 5 steps of
+    batch 16; FedHybrid §5.1's CV setting is ``local_epochs=10, batch=64``: 10 epochs over
+    the client's partition in batches of min(64, n_k))."""
     scale = (
         {"clients": 12, "rounds": 3, "per_round": 4, "samples": 400, "steps": 1}
         if quick
@@ -89,7 +97,8 @@ def task_config(
         "partition": {"scheme": "dirichlet", "alpha": 0.1},
         "federated": {
             "rounds": scale["rounds"], "clients_per_round": scale["per_round"],
-            "local_steps": scale["steps"], "batch_size": 16, "lr": 0.05,
+            "local_steps": scale["steps"], "batch_size": batch or 16, "lr": 0.05,
+            "local_epochs": local_epochs,
             "aggregator": aggregator, "mu": 0.01, "yogi": {"eta": 0.01, "tau": 1e-3},
             **(semantics or {}),
         },
@@ -173,6 +182,15 @@ def main(argv: list[str] | None = None) -> int:
         help="Fig. 17 'without optimizer': the plan generation clients run on the device",
     )  # fmt: skip
     ap.add_argument(
+        "--local-epochs", type=int, default=None,
+        help="local work: this many epochs over each client's partition (FedHybrid §5.1: 10) "
+        "instead of 5 steps; every method alike",
+    )  # fmt: skip
+    ap.add_argument(
+        "--batch", type=int, default=None,
+        help="local batch size (default 16; FedHybrid §5.1 CV: 64, capped at the partition)",
+    )  # fmt: skip
+    ap.add_argument(
         "--mechanism-checks", action="store_true",
         help="also run the optimizer / compression / predictor ablations under Random "
         "selection (compare with fedhybrid-noselector)",
@@ -192,10 +210,16 @@ def main(argv: list[str] | None = None) -> int:
         }.items()
         if v is not None
     }
-    out: dict = {"tables": {}, "ablations": {}, "semantics": semantics}
+    out: dict = {
+        "tables": {}, "ablations": {}, "semantics": semantics,
+        "local_work": {"local_epochs": args.local_epochs, "batch": args.batch or 16},
+    }  # fmt: skip
     t0 = time.perf_counter()
     for agg in args.aggregators.split(","):
-        cfg = task_config(args.quick, agg, args.seed, args.rounds, args.m_g, semantics)
+        cfg = task_config(
+            args.quick, agg, args.seed, args.rounds, args.m_g, semantics,
+            local_epochs=args.local_epochs, batch=args.batch,
+        )  # fmt: skip
         env = build_environment(cfg)
         methods = tuple(args.methods.split(","))
         rows, recs = compare(cfg, methods, env=env, extend_factor=args.extend)
@@ -243,7 +267,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"\nFig. 17 ablations (+{agg}): speedup vs Random; 'x ref' = time to target over "
               "fedhybrid's (fedhybrid-noselector's for the -noselector-* checks); up to the "
               "target: client-rounds planned / under pressure / killed / late, aggregated "
-              "updates trained under a plan, regenerations, compressed clients")  # fmt: skip
+              "updates trained under a plan, regenerations, compressed aggregated / planned "
+              "client-rounds, believed budget > the round's lowest + 1 % M_G, mean |believed - "
+              "true| budget in % M_G")  # fmt: skip
         tta = {r["method"]: r.get("time_to_target_s") for r in rows}
         for r in rows:
             ref = "fedhybrid-noselector" if "-noselector-" in r["method"] else "fedhybrid"
@@ -253,12 +279,16 @@ def main(argv: list[str] | None = None) -> int:
                 else "-"
             )
             e = r.get("exposure", {})
+            be = e.get("budget_err_pct")
+            err = "-" if be is None else f"{be:.2f}%"
             print(f"  {r['method']:<34}{fmt_speed(r):>8}{ratio:>7}"
                   f"  final {100 * r['final_accuracy']:.2f}%"
                   f"  planned {e.get('planned', 0)} pressure {e.get('pressure', 0)}"
                   f" killed {e.get('killed', 0)} late {e.get('late', 0)}"
                   f" agg-planned {e.get('planned_aggregated', 0)}"
                   f" regen {e.get('regenerations', 0)} compressed {e.get('compressed_clients', 0)}"
+                  f"/{e.get('compress_planned', 0)} budget-over {e.get('budget_over', 0)}"
+                  f" err {err}"
                   f" (rounds {e.get('rounds', 0)})")  # fmt: skip
     for agg, rows in out["tables"].items():
         print(f"\nparticipation by memory class (+{agg}): completed / selected")

@@ -33,7 +33,8 @@ def test_exposure_counts_rounds_up_to_the_target_time():
     recs = [_rec(10.0, 2, 1, 0, 1), _rec(20.0, 1, 0, 2, 1, regen=1), _rec(30.0, 5, 5, 5, 5, 1, 3)]
     e = exposure(recs, 20.0)
     assert e == {"planned": 3, "pressure": 1, "killed": 2, "late": 0, "planned_aggregated": 2,
-                 "regenerations": 1, "compressed_clients": 0, "rounds": 2}  # fmt: skip
+                 "regenerations": 1, "compressed_clients": 0, "rounds": 2,
+                 "compress_planned": 0, "budget_over": 0, "budget_err_pct": None}  # fmt: skip
     # target never reached: the whole run counts
     assert exposure(recs, None)["rounds"] == 3
     assert exposure(recs, None)["planned"] == 8 and exposure(recs, None)["compressed_clients"] == 3

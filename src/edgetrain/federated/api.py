@@ -51,13 +51,22 @@ def participation(records: Sequence[dict[str, Any]]) -> dict[str, list[int]]:
     return dict(sorted(out.items(), key=lambda kv: float(kv[0].rstrip("GB"))))
 
 
-def exposure(records: Sequence[dict[str, Any]], until_s: float | None) -> dict[str, int]:
+def exposure(records: Sequence[dict[str, Any]], until_s: float | None) -> dict[str, Any]:
     """How often each memory mechanism acted, over the rounds up to ``until_s`` (the
     time to target; every round when None): clients per outcome, aggregated updates
     trained under a plan, plan regenerations and compressed clients. An ablation can only
-    change a run through these clients (round 6, Fig. 17)."""
-    out = {k: 0 for k in ("planned", "pressure", "killed", "late", "planned_aggregated")}
+    change a run through these clients (round 6, Fig. 17).
+
+    Round 7 adds ``compress_planned`` (planned client-rounds whose plan compresses),
+    ``budget_over`` (client-rounds whose believed budget exceeded the lowest budget of
+    their round by > 1 % of M_G) and ``budget_err_pct`` (mean |believed - true mean
+    budget over the round| in % of M_G; None without plan-technique clients)."""
+    out: dict[str, Any] = {
+        k: 0 for k in ("planned", "pressure", "killed", "late", "planned_aggregated")
+    }
     out.update(regenerations=0, compressed_clients=0, rounds=0)
+    out.update(compress_planned=0, budget_over=0)
+    err, n = 0.0, 0
     for r in records:
         if until_s is not None and r["sim_time_s"] > until_s + 1e-9:
             break
@@ -66,6 +75,11 @@ def exposure(records: Sequence[dict[str, Any]], until_s: float | None) -> dict[s
             out[k] += int(r.get("outcomes", {}).get(k, 0))
         for k in ("planned_aggregated", "regenerations", "compressed_clients"):
             out[k] += int(r.get(k, 0))
+        for k in ("compress_planned", "budget_over"):
+            out[k] += int(r.get(k, 0))
+        err += float(r.get("budget_err_sum", 0.0))
+        n += int(r.get("budget_n", 0))
+    out["budget_err_pct"] = 100.0 * err / n if n else None
     return out
 
 

@@ -75,6 +75,12 @@ class FederatedSection(_Strict):
     clients_per_round: int = Field(5, ge=1)
     local_steps: int = Field(5, ge=1)
     batch_size: int = Field(16, ge=1)
+    # Local work per round. None: ``local_steps`` SGD steps of ``batch_size`` samples
+    # (FedScale's ``--local_steps``). An integer E: E local epochs over the client's
+    # partition (FedHybrid §5.1, CV tasks: "the batch size is 64, ... a local training epoch
+    # of 10"), batches of min(batch_size, partition size), i.e. E x ceil(n_k / batch) steps;
+    # ``local_steps`` is then ignored and the clock charges the E x n_k samples trained.
+    local_epochs: int | None = Field(None, ge=1, le=1000)
     lr: float = Field(0.05, gt=0.0, le=10.0)
     method: str = "fedhybrid"
     aggregator: Literal["fedavg", "fedprox", "fedyogi"] = "fedavg"

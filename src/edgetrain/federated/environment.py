@@ -7,6 +7,7 @@ a partition index array and a device profile per client (a few KB each).
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass, field
 from typing import Any
@@ -75,24 +76,43 @@ class Environment:
     def memory_class(self, cid: int) -> str:
         return f"{self.fleet[cid].memory_gb:g}GB"
 
+    def local_work(self, cid: int) -> tuple[int, int, int]:
+        """``(steps, batch, samples)`` of client ``cid``'s local training in one round.
+
+        ``federated.local_epochs`` unset: ``local_steps`` steps of ``batch_size`` samples
+        (``local_steps x batch_size`` samples charged, whatever the partition's size). Set
+        to E: E epochs over the partition (FedHybrid §5.1) in batches of min(batch_size,
+        n_k), so ``E x ceil(n_k / batch)`` steps and ``E x n_k`` samples.
+        """
+        f = self.config.federated
+        if f.local_epochs is None:
+            return f.local_steps, f.batch_size, f.local_steps * f.batch_size
+        n = max(1, int(self.n_samples[cid]))
+        b = min(f.batch_size, n)
+        return f.local_epochs * math.ceil(n / b), b, f.local_epochs * n
+
     def step_time_s(self) -> np.ndarray:
-        """Per-step operator time on each device (eq. 3's denominator)."""
+        """Per-step operator time on each device (eq. 3's denominator) at ``batch_size``.
+
+        A device property (FedHybrid §4.2: a lower CompStat means longer times "for
+        executing the same NN operations"), so every client is rated at the same batch, also
+        under ``local_epochs`` where a small partition trains smaller batches.
+        """
         b = self.config.federated.batch_size
         flops = np.array([p.compute_flops for p in self.fleet])
         return b * self.flops_per_sample * TRAIN_FLOPS_PER_FORWARD / flops
 
     def est_duration_s(self) -> np.ndarray:
         """Round time from the profile alone (no memory effects): Oort's system view."""
-        f = self.config.federated
         return np.array(
             [
                 client_cost(
                     p,
-                    samples=f.local_steps * f.batch_size,
+                    samples=self.local_work(i)[2],
                     flops_per_sample=self.flops_per_sample,
                     model_bytes=self.model_bytes,
                 ).total_s
-                for p in self.fleet
+                for i, p in enumerate(self.fleet)
             ]
         )
 

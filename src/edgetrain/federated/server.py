@@ -76,6 +76,9 @@ PLAN_TECHNIQUES = ("hybrid", "recompute", "compress", "swap")
 # The budget trace covers the slowest round: full pressure (x PRESSURE_SLOWDOWN_CAL) on a
 # plan with this overhead factor; past it the last budget holds (round_memory).
 MAX_TRACE_OVERHEAD = 3.0
+# a believed budget above the round's lowest true budget by more than this share of M_G
+# counts as an over-estimate (the round-6 diagnosis used the same 1 % threshold)
+BUDGET_OVER_TOL = 0.01
 
 
 @dataclass
@@ -91,6 +94,11 @@ class ClientRound:
     plan: PlanOutcome | None
     regenerated: bool = False  # the predictor's rule fired and a new plan was fetched
     pages: int = 0  # pages reclaimed over the round (the rule's fault count)
+    # plan techniques only: the budget the client planned for (eq. 10's prediction, or the
+    # fixed first reading without the predictor) against the budget it really had over
+    # its round's unplanned compute (mean and minimum of the trace), as fractions of M_G
+    budget_err: float | None = None  # |believed - true mean| / M_G
+    budget_over: bool = False  # believed > true minimum + BUDGET_OVER_TOL x M_G
 
 
 def _seed(*parts: int) -> int:
@@ -224,7 +232,7 @@ class FederatedServer:
         p = env.fleet[cid]
         tech = self.method.technique
         st = self.client_mem.setdefault(cid, ClientMemoryState())
-        steps_samples = f.local_steps * f.batch_size
+        steps_samples = env.local_work(cid)[2]  # samples trained this round (the clock)
         base_cost = client_cost(
             p, samples=steps_samples, flops_per_sample=env.flops_per_sample,
             model_bytes=env.model_bytes,
@@ -254,6 +262,11 @@ class FederatedServer:
             believed = predict(tr, tr.start, st.window_s)
             st.kills = 0
             st.regenerations += 1
+        berr, bover = None, False
+        if tech in PLAN_TECHNIQUES:  # the predictor's error over this round (diagnostics)
+            seg = tr.budget[tr.start : tr.start + max(1, math.ceil(base_cost.compute_s))]
+            berr = abs(believed - float(seg.mean())) / env.m_g
+            bover = believed > float(seg.min()) + BUDGET_OVER_TOL * env.m_g
         demand, overhead, width, plan = env.m_g, 1.0, 1.0, None
         device_plan_s = 0.0
         outcome = "fit"
@@ -292,9 +305,13 @@ class FederatedServer:
                 overhead, outcome = plan.overhead_factor, "planned"
         if demand > env.hard_limits[cid]:
             st.kills += 1
-            return ClientRound(cid, "killed", width, overhead, 1.0, None, plan, pre_regen)
+            return ClientRound(
+                cid, "killed", width, overhead, 1.0, None, plan, pre_regen, 0, berr, bover
+            )
         if np.random.default_rng(_seed(env.config.seed, r, cid, 3)).random() < f.dropout:
-            return ClientRound(cid, "dropped", width, overhead, 1.0, None, plan, pre_regen)
+            return ClientRound(
+                cid, "dropped", width, overhead, 1.0, None, plan, pre_regen, 0, berr, bover
+            )
         regen_box: list[PlanOutcome] = []
 
         def regen(i: int) -> tuple[float, float] | None:
@@ -348,10 +365,13 @@ class FederatedServer:
                 plan,
                 rm.regenerated or pre_regen,
                 rm.pages,
+                berr,
+                bover,
             )
         return ClientRound(
-            cid, outcome, width, overhead, press, cost, plan, rm.regenerated or pre_regen, rm.pages
-        )
+            cid, outcome, width, overhead, press, cost, plan, rm.regenerated or pre_regen,
+            rm.pages, berr, bover,
+        )  # fmt: skip
 
     # -- one round --------------------------------------------------------------------------
     def run_round(self) -> dict[str, Any]:
@@ -378,8 +398,7 @@ class FederatedServer:
                 c.cid,
                 r,
                 c.width,
-                f.local_steps,
-                f.batch_size,
+                *env.local_work(c.cid)[:2],  # steps, batch
                 f.lr,
                 self.aggregator.proximal_mu,
                 _seed(env.config.seed, r, c.cid, 2),
@@ -455,6 +474,14 @@ class FederatedServer:
             ),
             "regenerations": regens,
             "regenerations_total": self.regenerations,
+            # planned client-rounds whose plan compresses activations (aggregated or not)
+            "compress_planned": sum(
+                1 for c in rounds if c.outcome in ("planned", "pressure") and _codec_share(c)
+            ),
+            # the predictor against the memory each client really had (plan techniques)
+            "budget_n": sum(1 for c in rounds if c.budget_err is not None),
+            "budget_err_sum": float(sum(c.budget_err or 0.0 for c in rounds)),
+            "budget_over": sum(int(c.budget_over) for c in rounds),
             "page_faults": int(sum(c.pages for c in rounds)),
             "train_loss": (float(np.mean([res.mean_loss for res in results])) if results else None),
             "energy_j": float(sum(energy)),
