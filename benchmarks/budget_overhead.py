@@ -115,6 +115,17 @@ def _timed_steps(model, inputs, loss_fn, repeats, wrap=None):
     return statistics.median(times), peak, grads
 
 
+def _by_kind(p, unit_names: set[str]) -> dict[str, float]:
+    """Predicted overhead (s) of a plan per decision kind."""
+    out: dict[str, float] = {}
+    for u in p.units:
+        if u.decision == "keep":
+            continue
+        k = "leafrc" if u.decision == "recompute" and u.name not in unit_names else u.decision
+        out[k] = out.get(k, 0.0) + u.cost_s
+    return out
+
+
 def _ckpt_all(units):
     def wrap(model):
         for name in units:
@@ -405,6 +416,11 @@ def bench_model(name, batch, budgets, repeats, mincut, log, rounds=1, rounds_at=
                         decisions=p.decision_counts(),
                         # what was evicted and how (to tell identical plans from equal counts)
                         plan=[[u.name, u.decision] for u in p.units if u.decision != "keep"],
+                        # predicted overhead per decision kind (s); "recompute" = blocks,
+                        # "leafrc" = leaf recomputations inside kept blocks
+                        predicted_by_kind=_by_kind(p, {u.name for u in prof.units}),
+                        # the profile's in-step recompute factor (eq. 6 x rc_scale)
+                        rc_scale=prof.units[0].rc_scale if prof.units else 1.0,
                     )
                     if m == "hybrid":  # what the tie-break chose from (first = chosen)
                         row["candidates"] = [

@@ -27,7 +27,9 @@ def zoo(request):
     torch.set_num_threads(1)
     name, batch = request.param
     model, inputs, loss_fn = zoo_task(name, batch, seed=0)
-    prof = profile_model(model, inputs, loss_fn, codecs=codecs_for("hybrid"), repeats=1)
+    prof = profile_model(
+        model, inputs, loss_fn, codecs=codecs_for("hybrid"), repeats=1, in_situ_steps=0
+    )
     return name, prof
 
 

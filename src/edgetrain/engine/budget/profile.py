@@ -13,8 +13,12 @@ position in forward order.  Per-unit forward time is the median of ``repeats``
 re-runs on the captured inputs on this CPU (FedHybrid §4.4: op costs are times
 collected on the device), in process CPU time so that other jobs sharing the CPU
 do not distort the costs (run with one intra-op thread).  A ``TorchFunctionMode`` marks units whose forward
-runs a layout transform (view/reshape/permute/transpose/flatten/...), which sets
-psi = 2 in the recompute cost (eq. 6).
+makes a layout *copy* (a layout function -- reshape/flatten/contiguous/... -- whose output
+is new storage, not a view of its input), which sets psi = 2 in the recompute cost
+(eq. 6, :meth:`UnitProfile.rc_eq6`).  Block recomputation is then re-costed in situ
+(:func:`_in_situ_costs`): the measured step overhead of recomputing every
+recomputable unit, over their eq. 6 sum, scales every unit's recompute cost (and likewise
+for regenerations).
 
 Finer than units, *regen* candidates (:class:`RegenProfile`) are leaf modules
 (GELU, LayerNorm, BatchNorm, ReLU6, ...) whose output is saved by a later
@@ -42,8 +46,9 @@ Mask, regen and leaf-recompute costs are the measured times of the executor's ow
 for them (cached per process by signature, :mod:`.regen`), not proxies: the masked op's
 forward + backward minus the op's own, the no-grad regeneration with buffer restore,
 the grad-enabled re-run of the leaf.  Masks are then re-costed in situ
-(:func:`_in_situ_mask_costs`): the measured overhead of training steps with every mask
-applied, split by bytes, because the isolated per-op figure under-predicted it 3-4x.
+(:func:`_in_situ_costs`): the measured overhead of training steps with every mask
+applied, split by bytes, because the isolated per-op figure under-predicted it 3-4x;
+regenerations get an in-step factor the same way (:func:`_in_situ_costs`).
 
 Codec size and speed are measured by
 really encoding the unit's saved float tensors (a batch slice of at most
@@ -65,7 +70,13 @@ from torch.overrides import TorchFunctionMode
 
 from edgetrain.compress.base import Codec
 from edgetrain.engine.budget.accountant import storage_key
-from edgetrain.engine.budget.regen import cached_cost, median_cpu_s, regen_cost_s, signature
+from edgetrain.engine.budget.regen import (
+    cached_cost,
+    cached_measure,
+    median_cpu_s,
+    regen_cost_s,
+    signature,
+)
 
 LAYOUT_FUNCS = frozenset(
     {
@@ -103,15 +114,35 @@ class UnitProfile:
     float_keys: set[int]  # their storages
     leaf_max_bytes: int  # largest per-leaf saved bytes (decode transient in backward)
     codecs: dict[str, CodecCost] = field(default_factory=dict)
+    #: in-step factor of the recompute cost (:func:`_in_situ_costs`): measured
+    #: step overhead of recomputing the model's recomputable units / their eq. 6 sum
+    rc_scale: float = 1.0
 
     @property
     def saved_bytes(self) -> int:
         return sum(self.saved.values())
 
-    def rc_compute(self) -> float:
-        """FedHybrid eq. 6: OpTime(j) + psi * sum of the chain's other op times."""
+    def rc_eq6(self) -> float:
+        """FedHybrid eq. 6: OpTime(j) + psi * sum of the chain's other op times.
+
+        psi = 2 when the unit's forward makes a layout *copy* (``has_layout``: a layout
+        function whose output is new storage, :func:`layout_copies`), else 1.  The paper's
+        psi is the price of re-running a layout conversion with the chain (MNN's NC4HW4
+        <-> NCHW copies on a mobile GPU); a metadata-only view (``view``, ``transpose``,
+        ``permute``, ``expand``, ...) converts nothing and costs nothing to redo, so a
+        chain of views and compute ops is priced at psi = 1.
+        """
         psi = 2.0 if self.has_layout else 1.0
         return self.last_op_s + psi * max(self.fwd_s - self.last_op_s, 0.0)
+
+    def rc_compute(self) -> float:
+        """Recompute cost the planner ranks by: eq. 6 times the in-step factor."""
+        return self.rc_scale * self.rc_eq6()
+
+    def recomputable(self) -> bool:
+        """Recomputing it frees memory (it saves more than its inputs) and the executor
+        can wrap it (called once, not the whole model)."""
+        return bool(self.name) and self.calls == 1 and self.saved_bytes > sum(self.inputs.values())
 
 
 @dataclass
@@ -135,8 +166,12 @@ class RegenProfile:
     def state_key(self) -> str:
         return "regen:" + ">".join(self.chain) if self.chain else "regen:" + self.name
 
+    #: in-step factor (:func:`_in_situ_costs`): measured step overhead of regenerating /
+    #: the isolated price, shared by all regenerations of the model
+    scale: float = 1.0
+
     def regen_cost(self) -> float:
-        return self.fwd_s * max(self.saves, 1)
+        return self.scale * self.fwd_s * max(self.saves, 1)
 
 
 #: leaves whose backward only needs a range mask of one saved tensor:
@@ -230,15 +265,48 @@ class _Rec:
     tid: int
 
 
+def _storage_ptrs(x: Any) -> set[int]:
+    """Data pointers of the storages behind a tensor or a tuple/list of tensors."""
+    if isinstance(x, torch.Tensor):
+        return {x.untyped_storage().data_ptr()}
+    if isinstance(x, (tuple, list)):
+        return {p for t in x if isinstance(t, torch.Tensor) for p in _storage_ptrs(t)}
+    return set()
+
+
+def layout_copies(func: Any, args: tuple, out: Any) -> bool:
+    """Whether a call of ``func`` was a *layout copy*: a layout function
+    (:data:`LAYOUT_FUNCS`) whose output lives in new storage.
+
+    Eq. 6's psi = 2 prices the layout conversions of the paper's mobile runtime (MNN's
+    NC4HW4 <-> NCHW copies), which re-run with the recomputed chain.  On a strided CPU
+    tensor most layout functions (view, transpose, permute, expand, squeeze, ...) are
+    metadata-only views that share the input's storage and cost nothing to redo; only
+    those that really move the data -- ``contiguous`` / ``reshape`` / ``flatten`` of a
+    non-contiguous tensor -- allocate new storage.  Storage identity of the first tensor
+    argument and the output tells the two apart, on the real tensors of the traced call.
+    """
+    if getattr(func, "__name__", "") not in LAYOUT_FUNCS:
+        return False
+    src = next((a for a in args if isinstance(a, torch.Tensor)), None)
+    if src is None:
+        return False
+    dst = _storage_ptrs(out)
+    return bool(dst) and not dst <= _storage_ptrs(src)
+
+
 class _LayoutMode(TorchFunctionMode):
+    """Marks every module on the call stack whose forward makes a layout copy."""
+
     def __init__(self, stack: list[str], hits: set[str]) -> None:
         super().__init__()
         self.stack, self.hits = stack, hits
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
-        if getattr(func, "__name__", "") in LAYOUT_FUNCS:
+        out = func(*args, **(kwargs or {}))
+        if self.stack and layout_copies(func, args, out):
             self.hits.update(self.stack)
-        return func(*args, **(kwargs or {}))
+        return out
 
 
 def _record_forward(
@@ -269,8 +337,6 @@ def _record_forward(
         if n not in captured:
             captured[n] = (args, kwargs)
         events.append(("call", n))
-        if isinstance(mod, (nn.Flatten, nn.Unflatten)):
-            layout.update(stack)
 
     def post(mod, args, kwargs, out):
         n = stack.pop()
@@ -429,8 +495,9 @@ def profile_model(
     """Measure everything the planner needs (see the module docstring).
 
     ``in_situ_steps``: timed training steps (each of the unplanned model and of the
-    model with every mask applied) behind the masks' in-step cost
-    (:func:`_in_situ_mask_costs`); 0 keeps the isolated per-op measurement.  The steps
+    model with every mask applied, and with every recomputable unit recomputed) behind
+    the masks' in-step cost and the recompute / regen factors (:func:`_in_situ_costs`);
+    0 keeps the isolated per-op measurements.  The steps
     leave the weights, buffers and RNG state as they were; ``.grad`` is cleared.
     """
     events, captured, calls, layout = _record_forward(model, inputs, loss_fn)
@@ -517,7 +584,7 @@ def profile_model(
     total = sum({r.key: r.nbytes for r in recs}.values())
     regens = _regen_candidates(model, recs, leaf_out, captured, repeats)
     masks = _mask_candidates(model, recs, leaf_out, repeats)
-    _in_situ_mask_costs(model, inputs, loss_fn, masks, in_situ_steps)
+    _in_situ_costs(model, inputs, loss_fn, profiles, regens, masks, in_situ_steps)
     lrs = _leaf_recompute_candidates(model, recs, captured, calls, unit_step, repeats)
     return ModelProfile(profiles, glue, len(items), item_s, total, regens, masks, lrs)
 
@@ -632,57 +699,136 @@ def _mask_candidates(
     return out
 
 
-def _in_situ_mask_costs(
+#: bounds of the in-step recompute / regen factors.  The measured difference of two step
+#: medians carries the step's noise (A/A pairs differ by up to ~5 % of a step on this
+#: shared CPU, docs/results/budget.md round 6), so a factor is kept within 4x either way
+#: of the isolated price -- the largest mis-prediction measured before in-step costing
+#: (block recomputation on BERT-small b8, 3.9x over, round 6; masks 3-4x under, round 5).
+RC_SCALE_BOUNDS = (0.25, 4.0)
+
+
+def _regen_set(regens: list[RegenProfile]) -> list[RegenProfile]:
+    """A largest-first set of regenerations that can all be applied at once (none drops
+    a storage another one drops or regenerates from)."""
+    chosen: list[RegenProfile] = []
+    used: set[int] = set()
+    for r in sorted(regens, key=lambda r: -r.out_bytes):
+        if {r.out_key, r.in_key} & used:
+            continue
+        chosen.append(r)
+        used |= {r.out_key, r.in_key}
+    return chosen
+
+
+def _in_situ_costs(
     model: nn.Module,
     inputs: Sequence[Any],
     loss_fn: Callable[[Any], torch.Tensor],
+    units: list[UnitProfile],
+    regens: list[RegenProfile],
     masks: list[MaskProfile],
     steps: int,
 ) -> None:
-    """Set each mask's cost to its share of the masks' measured in-step overhead.
+    """Re-cost masks, block recomputation and regenerations where they run: in a step.
 
-    The isolated measurement (:func:`_mask_exec_cost`: masked op minus the op, in a
-    warm loop on one tensor) under-predicted the masks' cost inside a training step
-    3-4x: MobileNetV2 b32, the 26 masks of a 50% plan, predicted 36 ms, measured
-    +109 / +140 ms over the unplanned step in two rounds of rotated interleaved steps
-    (benchmarks/out/r5/diag2.log).  The masked op's extra passes (compare + bit pack in
-    forward, unpack + select in backward) are memory-bound, and inside a step they
-    compete with the rest of the step's memory traffic, which a warm loop on one
-    tensor does not see.  So this measures them where they run: median step time with
-    every mask applied (the executor's own :func:`.mask.masked_call` path) minus the
-    unplanned median, interleaved (:func:`.runner.measure_steps`, process CPU time), and
-    splits the difference over the masks by their bytes (each extra pass is one sweep
-    over the tensor, so its cost scales with its size).  The isolated sum stays a
-    floor: those passes are done in any case, a smaller difference is step noise.
-    Cached per process by the model's class, the masks and the input shapes.
+    One interleaved measurement (:func:`.runner.measure_steps`, process CPU time, one
+    warm-up) of the unplanned step and of up to three plans: every mask applied, every
+    recomputable unit (:meth:`UnitProfile.recomputable`) recomputed, a set of
+    regenerations that can run together (:func:`_regen_set`) applied.  Each plan's
+    median step minus the unplanned median is its in-step overhead, which is then spread
+    over its decisions in proportion to their isolated price -- so the ranking *within*
+    a kind stays what the isolated measurements say, and only a kind's price against
+    the other kinds (and compression, whose codec cost was measured about right in the
+    step) is corrected.  Cached per process by the model's class, the candidates and the
+    input shapes.  The steps leave weights, buffers and RNG state as they were.
+
+    * **Masks** (cost = share of the measured overhead by bytes; the isolated sum is a
+      floor, those passes are done in any case): the isolated measurement
+      (:func:`_mask_exec_cost`, masked op minus the op in a warm loop on one tensor)
+      under-predicted the masks' cost in a step 3-4x: MobileNetV2 b32, the 26 masks of a
+      50 % plan, predicted 36 ms, measured +109 / +140 ms (benchmarks/out/r5/diag2.log).
+      The masked op's extra passes are memory-bound and compete with the rest of the
+      step's memory traffic, which a warm loop on one tensor does not see.
+    * **Block recomputation** (:attr:`UnitProfile.rc_scale` = overhead / eq. 6 sum,
+      within :data:`RC_SCALE_BOUNDS`): eq. 6 over-predicted it 3.9-5.6x on BERT-small b8
+      (recompute's 40 % plan: 13 units predicted 360 ms, +64 ms in the step,
+      benchmarks/out/r7/kinds_bert_before.log).  Timing each recomputation inside the
+      step (benchmarks/out/r7/rc_instep_bert.log) split it: the recomputations
+      themselves took 233 ms, about their isolated forwards (228 ms) -- not the eq. 6
+      price of 409 ms, because psi = 2 doubles the attention blocks while their one
+      layout copy (``transpose(1, 2).flatten(2)`` of the context, 1 MB) costs well
+      under 1 ms -- and the step grew by only +99 ms, because a plan that holds less
+      memory makes the rest of the step cheaper (fewer fresh pages to fault in).  Both
+      parts are in the in-step difference; neither is in eq. 6.
+    * **Regenerations** (:attr:`RegenProfile.scale`, same bounds): the isolated no-grad
+      leaf forwards over-predicted them on MobileNetV2 b32 (149 / 207 / 232 ms predicted,
+      -4 / +114 / +62 ms measured in three plans, kinds_mnv2_before.log) for the same
+      memory reason.
     """
-    if not masks or steps < 1:
+    if steps < 1:
         return
     from edgetrain.engine.budget.plan import ExecutionPlan, UnitDecision
     from edgetrain.engine.budget.runner import measure_steps
 
+    rcs = [u for u in units if u.recomputable()]
+    rgs = _regen_set(regens)
+    rc_price = sum(u.rc_eq6() for u in rcs)
+    rg_price = sum(r.fwd_s * max(r.saves, 1) for r in rgs)
+    plans = {"none": ExecutionPlan("none", 1, 1, 1, 0.0, [])}
+    if masks:
+        plans["masks"] = ExecutionPlan(
+            "hybrid", 1, 1, 1, 0.0, [UnitDecision(name=m.name, decision="mask") for m in masks]
+        )
+    if rcs and rc_price > 0:
+        plans["recompute"] = ExecutionPlan(
+            "recompute",
+            1,
+            1,
+            1,
+            0.0,
+            [UnitDecision(name=u.name, decision="recompute") for u in rcs],
+        )
+    if rgs and rg_price > 0:
+        plans["regen"] = ExecutionPlan(
+            "recompute", 1, 1, 1, 0.0,
+            [UnitDecision(name=r.name, decision="regen", chain=list(r.chain) or None) for r in rgs],
+        )  # fmt: skip
+    if len(plans) == 1:
+        return
     shapes = tuple(tuple(x.shape) for x in inputs if isinstance(x, torch.Tensor))
-    key = ("mask-insitu", type(model).__name__, tuple((m.name, m.nbytes) for m in masks), shapes)
+    key = (
+        "insitu",
+        type(model).__name__,
+        tuple((m.name, m.nbytes) for m in masks),
+        tuple((u.name, u.saved_bytes) for u in rcs),
+        tuple((r.state_key, r.out_bytes) for r in rgs),
+        shapes,
+    )
 
-    def measure() -> float:
-        plans = {
-            "none": ExecutionPlan("none", 1, 1, 1, 0.0, []),
-            "masks": ExecutionPlan(
-                "hybrid", 1, 1, 1, 0.0, [UnitDecision(name=m.name, decision="mask") for m in masks]
-            ),
-        }
+    def measure() -> dict[str, float]:
         rng = torch.get_rng_state()
         try:
             res = measure_steps(model, plans, inputs, loss_fn, repeats=steps)
         finally:
             torch.set_rng_state(rng)
-        return statistics.median(res["masks"]["times"]) - statistics.median(res["none"]["times"])
+        none = statistics.median(res["none"]["times"])
+        return {k: statistics.median(res[k]["times"]) - none for k in plans if k != "none"}
 
-    isolated = sum(m.cost_s for m in masks)
-    total = max(cached_cost(key, measure), isolated)
-    nbytes = sum(m.nbytes for m in masks)
-    for m in masks:
-        m.cost_s = total * m.nbytes / nbytes
+    extra = cached_measure(key, measure)
+    lo, hi = RC_SCALE_BOUNDS
+    if "masks" in extra:
+        total = max(extra["masks"], sum(m.cost_s for m in masks))
+        nbytes = sum(m.nbytes for m in masks)
+        for m in masks:
+            m.cost_s = total * m.nbytes / nbytes
+    if "recompute" in extra:
+        scale = min(max(extra["recompute"] / rc_price, lo), hi)
+        for u in units:
+            u.rc_scale = scale
+    if "regen" in extra:
+        scale = min(max(extra["regen"] / rg_price, lo), hi)
+        for r in regens:
+            r.scale = scale
 
 
 def _mask_exec_cost(

@@ -16,12 +16,16 @@ from __future__ import annotations
 import statistics
 import time
 from collections.abc import Callable, Hashable, Sequence
+from typing import Any, TypeVar
 
 import torch
 from torch import nn
 
-#: measured executor costs (seconds): key -> median process CPU time
-_COSTS: dict[Hashable, float] = {}
+T = TypeVar("T")
+
+#: measured executor costs: key -> median process CPU time (s), or a dict of in-step
+#: overheads (s) for :func:`.profile._in_situ_costs`
+_COSTS: dict[Hashable, Any] = {}
 
 
 def regenerate(
@@ -52,6 +56,13 @@ def median_cpu_s(fn: Callable[[], object], repeats: int) -> float:
 
 def cached_cost(key: Hashable, measure: Callable[[], float]) -> float:
     """``measure()`` once per ``key`` in this process."""
+    if key not in _COSTS:
+        _COSTS[key] = measure()
+    return _COSTS[key]
+
+
+def cached_measure(key: Hashable, measure: Callable[[], T]) -> T:
+    """``measure()`` once per ``key`` in this process (any measured value)."""
     if key not in _COSTS:
         _COSTS[key] = measure()
     return _COSTS[key]
