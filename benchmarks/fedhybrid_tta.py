@@ -73,6 +73,7 @@ def task_config(
     semantics: dict | None = None,
     local_epochs: int | None = None,
     batch: int | None = None,
+    plans: str | None = None,
 ) -> FederatedConfig:
     """The benchmark task; ``semantics`` overrides federated fields (memstat, overcommit,
     failure_report, deadline_factor, straggler_feedback, baseline_plans,
@@ -80,7 +81,11 @@ def task_config(
 
     ``local_epochs`` / ``batch``: the local work of every method alike (default 5 steps of
     batch 16; FedHybrid §5.1's CV setting is ``local_epochs=10, batch=64``: 10 epochs over
-    the client's partition in batches of min(64, n_k))."""
+    the client's partition in batches of min(64, n_k)).
+
+    ``plans``: a plans file saved by an earlier run (``--save-plans``, or a run directory's
+    ``plans.json``) whose planner results every method reuses, so a rerun in another
+    process makes the same plans (they are otherwise made from op costs profiled here)."""
     scale = (
         {"clients": 12, "rounds": 3, "per_round": 4, "samples": 400, "steps": 1}
         if quick
@@ -104,7 +109,7 @@ def task_config(
         },
         "memory": {"m_g": m_g or "share:0.4", "plan_batch": 2 if quick else 8,
                    "bucket": 0.1 if quick else 0.05,
-                   "plan_model": QUICK_PLAN_MODEL if quick else PLAN_MODEL},
+                   "plan_model": QUICK_PLAN_MODEL if quick else PLAN_MODEL, "plans": plans},
         "clock": PHONE_CLOCK,
     }  # fmt: skip
     return parse_config(d, schema=FederatedConfig)
@@ -191,6 +196,12 @@ def main(argv: list[str] | None = None) -> int:
         help="local batch size (default 16; FedHybrid §5.1 CV: 64, capped at the partition)",
     )  # fmt: skip
     ap.add_argument(
+        "--plans", default=None,
+        help="reuse the planner results in this file (written by --save-plans): the same "
+        "plans, hence the same metrics, in any process",
+    )  # fmt: skip
+    ap.add_argument("--save-plans", default=None, help="write the planner results to this file")
+    ap.add_argument(
         "--mechanism-checks", action="store_true",
         help="also run the optimizer / compression / predictor ablations under Random "
         "selection (compare with fedhybrid-noselector)",
@@ -215,10 +226,11 @@ def main(argv: list[str] | None = None) -> int:
         "local_work": {"local_epochs": args.local_epochs, "batch": args.batch or 16},
     }  # fmt: skip
     t0 = time.perf_counter()
+    saved: dict[tuple[str, float], dict] = {}  # planner results of every aggregator's runs
     for agg in args.aggregators.split(","):
         cfg = task_config(
             args.quick, agg, args.seed, args.rounds, args.m_g, semantics,
-            local_epochs=args.local_epochs, batch=args.batch,
+            local_epochs=args.local_epochs, batch=args.batch, plans=args.plans,
         )  # fmt: skip
         env = build_environment(cfg)
         methods = tuple(args.methods.split(","))
@@ -235,6 +247,12 @@ def main(argv: list[str] | None = None) -> int:
             names = ("random",) + ABLATIONS + (MECHANISM_CHECKS if args.mechanism_checks else ())
             abl, _ = compare(cfg, names, env=env, cached=done, extend_factor=args.extend)
             out["ablations"][agg] = abl
+        if env.plan_service is not None:
+            for r in env.plan_service.to_json():
+                saved[(r["strategy"], r["fraction"])] = r
+    if args.save_plans:
+        with open(args.save_plans, "w") as fh:
+            json.dump([saved[k] for k in sorted(saved)], fh, indent=1)
     if not args.no_scale:
         out["scale"] = scale_figure(args.quick)
     out["wall_s"] = time.perf_counter() - t0

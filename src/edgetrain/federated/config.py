@@ -151,6 +151,9 @@ class MemorySection(_Strict):
     plan_batch: int = Field(8, ge=1)  # batch the model is profiled at for planning
     bucket: float = Field(0.05, gt=0.0, le=0.5)
     cluster: bool = True
+    # a run directory's plans.json to reuse: the same plans in any process (plans are
+    # otherwise made from op costs profiled on this CPU, which vary slightly per process)
+    plans: str | None = None
 
 
 class ClockSection(_Strict):

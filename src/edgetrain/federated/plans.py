@@ -17,10 +17,12 @@ on this CPU); a plan for fraction ``f`` is :func:`edgetrain.engine.budget.plan` 
 
 from __future__ import annotations
 
+import json
 import math
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -200,8 +202,63 @@ class PlanService:
         return out
 
     def to_json(self) -> list[dict[str, Any]]:
-        """The planner results (no plan bodies), for ``plans.json`` in a run directory."""
-        return [o.to_dict() for _, o in sorted(self.table.items())]
+        """The planner results (no plan bodies), for ``plans.json`` in a run directory.
+
+        Each row names the plan model and the bucket width, so :meth:`load_file` can refuse
+        results made for another model or grid."""
+        return [
+            {**o.to_dict(), "model": self.model_key, "bucket": self.bucket}
+            for _, o in sorted(self.table.items())
+        ]
+
+    def load_file(self, path: str | Path) -> int:
+        """Reuse the planner results an earlier run saved (its run directory's ``plans.json``).
+
+        Plans are made from operator costs profiled on this CPU (FedHybrid §4.4), so two
+        fresh processes can plan slightly differently; loading one run's results makes a
+        second run, in any process, use the same plans and so reproduce its metrics. Only
+        results missing from the file are planned (and profiled) anew. Returns the number of
+        results loaded; a missing, corrupt or foreign file is a :class:`ConfigError`.
+        """
+        p = Path(path)
+        accepted = "a run directory's plans.json (a JSON list of planner results)"
+        if not p.is_file():
+            raise ConfigError(f"memory.plans: no file {str(p)!r}; expected {accepted}")
+        try:
+            rows = json.loads(p.read_text())
+        except (UnicodeDecodeError, json.JSONDecodeError) as e:
+            raise ConfigError(
+                f"memory.plans: {str(p)!r} is not JSON ({e}); expected {accepted}"
+            ) from e
+        if not isinstance(rows, list) or not all(isinstance(r, dict) for r in rows):
+            raise ConfigError(
+                f"memory.plans: {str(p)!r} is not a list of objects; expected {accepted}"
+            )
+        need = ("strategy", "fraction", "feasible", "overhead_factor")
+        for i, r in enumerate(rows):
+            missing = [k for k in need if k not in r]
+            if missing:
+                raise ConfigError(
+                    f"memory.plans: row {i} of {str(p)!r} lacks {', '.join(missing)}; "
+                    f"expected {accepted}"
+                )
+            if r.get("model", self.model_key) != self.model_key:
+                raise ConfigError(
+                    f"memory.plans: row {i} of {str(p)!r} was planned for model {r['model']!r}; "
+                    f"this run plans {self.model_key!r}"
+                )
+            if r.get("bucket", self.bucket) != self.bucket:
+                raise ConfigError(
+                    f"memory.plans: row {i} of {str(p)!r} uses bucket {r['bucket']}; "
+                    f"this run's memory.bucket is {self.bucket}"
+                )
+        before = dict(self.table)
+        try:
+            self.load_json(rows)
+        except (TypeError, ValueError) as e:
+            self.table = before  # all or nothing
+            raise ConfigError(f"memory.plans: a row of {str(p)!r} has a bad value ({e})") from e
+        return len(rows)
 
     def load_json(self, rows: list[dict[str, Any]]) -> None:
         for r in rows:

@@ -630,7 +630,10 @@ def make_plan_service(env: Environment) -> PlanService:
         x = models.example_input(model, b, gen)
         y = torch.randint(0, int(model.num_classes), (b,), generator=gen)
         key = mc.plan_model.name
-    return PlanService(model, x, y, key, bucket=mc.bucket)
+    service = PlanService(model, x, y, key, bucket=mc.bucket)
+    if mc.plans is not None:
+        service.load_file(mc.plans)
+    return service
 
 
 def summarize(records: list[dict[str, Any]], target: float | None) -> dict[str, Any]:

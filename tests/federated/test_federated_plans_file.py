@@ -1,0 +1,66 @@
+"""memory.plans: a saved plans file makes a rerun use the same plans without profiling."""
+
+import json
+
+import pytest
+
+from edgetrain.errors import ConfigError
+from edgetrain.federated import FederatedServer, build_environment
+from edgetrain.federated.server import make_plan_service
+from edgetrain.runs import RunDir
+from fed_small import small_fleet_config
+
+
+def _strip(recs):
+    return [{k: v for k, v in r.items() if k != "wall_s"} for r in recs]
+
+
+@pytest.fixture(scope="module")
+def first_run(tmp_path_factory):
+    root = tmp_path_factory.mktemp("plansfile")
+    env = build_environment(small_fleet_config(federated={"rounds": 2}))
+    plans = make_plan_service(env)
+    recs = FederatedServer(env, "fedhybrid", "fedavg", RunDir.create("a", root), plans).run(2)
+    return root / "a" / "plans.json", recs, plans
+
+
+def test_a_saved_plans_file_reproduces_the_run_without_profiling(first_run):
+    path, recs, plans = first_run
+    rows = json.loads(path.read_text())
+    assert rows and {r["model"] for r in rows} == {plans.model_key}
+    assert {r["bucket"] for r in rows} == {plans.bucket}
+    env = build_environment(
+        small_fleet_config(federated={"rounds": 2}, memory={"plans": str(path)})
+    )
+    fresh = make_plan_service(env)
+    assert len(fresh.table) == len(rows)
+    again = FederatedServer(env, "fedhybrid", "fedavg", None, fresh).run(2)
+    assert fresh._profiles == {} and fresh.planner_calls == 0  # every plan from the file
+    assert _strip(again) == _strip(recs)
+
+
+@pytest.mark.parametrize(
+    "content, match",
+    [
+        (None, "no file"),
+        ("{not json", "is not JSON"),
+        ('{"strategy": "hybrid"}', "not a list of objects"),
+        ('[{"strategy": "hybrid", "fraction": 0.5}]', "lacks feasible, overhead_factor"),
+        ('[{"strategy": "hybrid", "fraction": 0.5, "feasible": true, "overhead_factor": 1.1,'
+         ' "model": "bert-small"}]', "planned for model 'bert-small'"),
+        ('[{"strategy": "hybrid", "fraction": 0.5, "feasible": true, "overhead_factor": 1.1,'
+         ' "bucket": 0.25}]', "memory.bucket is"),
+        ('[{"strategy": "recompute", "fraction": 0.05, "feasible": true, "overhead_factor": 1.2},'
+         ' {"strategy": "hybrid", "fraction": "half", "feasible": true,'
+         ' "overhead_factor": 1.1}]', "bad value"),
+    ],
+)  # fmt: skip
+def test_a_bad_plans_file_is_one_clear_error(tmp_path, first_run, content, match):
+    _, _, plans = first_run
+    path = tmp_path / "plans.json"
+    if content is not None:
+        path.write_text(content)
+    before = dict(plans.table)
+    with pytest.raises(ConfigError, match=match):
+        plans.load_file(path)
+    assert plans.table == before  # nothing half-loaded
