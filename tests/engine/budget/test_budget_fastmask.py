@@ -238,8 +238,8 @@ class _Relu6Net(nn.Module):
 def test_mask_costs_come_from_the_step_split_by_bytes(monkeypatch):
     """The masks' cost is their measured in-step overhead (cached), split by bytes, never
     below the isolated per-op measurement; profiling leaves the model as it was."""
+    from edgetrain.engine.budget import profile as profile_mod
     from edgetrain.engine.budget import profile_model
-    from edgetrain.engine.budget import runner as runner_mod
 
     torch.manual_seed(0)
     model = _Relu6Net()
@@ -255,9 +255,9 @@ def test_mask_costs_come_from_the_step_split_by_bytes(monkeypatch):
     after_iso = {k: v.clone() for k, v in model.state_dict().items()}  # its forward moved BN
     model.load_state_dict(state)
     calls = []
-    real = runner_mod.measure_steps
+    real = profile_mod._time_schedule
     monkeypatch.setattr(
-        runner_mod, "measure_steps", lambda *a, **k: calls.append(1) or real(*a, **k)
+        profile_mod, "_time_schedule", lambda *a, **k: calls.append(1) or real(*a, **k)
     )
     prof = profile_model(model, (x,), loss_fn, repeats=1, in_situ_steps=2)
     assert len(calls) == 1 and len(prof.masks) == 2

@@ -77,6 +77,7 @@ from edgetrain.engine.budget.regen import (
     regen_cost_s,
     signature,
 )
+from edgetrain.errors import ConfigError
 
 LAYOUT_FUNCS = frozenset(
     {
@@ -494,10 +495,12 @@ def profile_model(
 ) -> ModelProfile:
     """Measure everything the planner needs (see the module docstring).
 
-    ``in_situ_steps``: timed training steps (each of the unplanned model and of the
-    model with every mask applied, and with every recomputable unit recomputed) behind
-    the masks' in-step cost and the recompute / regen factors (:func:`_in_situ_costs`);
-    0 keeps the isolated per-op measurements.  The steps
+    ``in_situ_steps``: about this many timed training steps per configuration (the
+    unplanned model, every mask applied, every recomputable unit recomputed, a set of
+    regenerations; in all, pairs per plan = ``(in_situ_steps * configurations - 1) /
+    (2 * (configurations - 1))``, rounded), run paired (:func:`paired_schedule`),
+    behind the masks' in-step cost and the recompute / regen factors
+    (:func:`_in_situ_costs`); 0 keeps the isolated per-op measurements.  The steps
     leave the weights, buffers and RNG state as they were; ``.grad`` is cleared.
     """
     events, captured, calls, layout = _record_forward(model, inputs, loss_fn)
@@ -720,6 +723,89 @@ def _regen_set(regens: list[RegenProfile]) -> list[RegenProfile]:
     return chosen
 
 
+def paired_schedule(kinds: Sequence[str], rounds: int, ref: str = "none") -> list[str]:
+    """The order of the in-step measurement: every configuration step between two
+    reference (unplanned) steps, the configurations in a mirrored order.
+
+    ``ref K1 ref K2 ref K3 ref K3 ref K2 ref K1 ref ...``: ``rounds`` steps of each kind,
+    ``1 + 2 * len(kinds) * rounds`` steps in all.  Round ``r`` runs the kinds forward
+    when ``r`` is even and reversed when odd, so over two rounds every kind sits at the
+    same mean position (the A B B A of :func:`.runner.step_order`).
+    """
+    if rounds < 1 or not kinds:
+        raise ConfigError(f"paired_schedule needs kinds and rounds >= 1; got {kinds!r}, {rounds}")
+    if ref in kinds:
+        raise ConfigError(f"reference {ref!r} is also one of the kinds {list(kinds)!r}")
+    order = [ref]
+    for r in range(rounds):
+        for k in kinds if r % 2 == 0 else list(kinds)[::-1]:
+            order += [k, ref]
+    return order
+
+
+def paired_extra(
+    order: Sequence[str], times: Sequence[float], ref: str = "none"
+) -> dict[str, float]:
+    """Each kind's in-step overhead: the median of its paired differences.
+
+    A configuration step at position ``i`` is paired with the reference steps right
+    before and after it: its difference is ``t[i] - (t[i-1] + t[i+1]) / 2``, so a slow
+    stretch of the shared machine (load that drifts over a few steps) lands on both
+    sides and cancels -- linearly drifting load exactly.  The median over a kind's
+    differences is its overhead (:func:`.stats.paired_summary` summarises per-round
+    ratios the same way).  The difference of two independent step medians (the
+    earlier estimate) carries both medians' noise.  Measured on BERT-small b8
+    (docs/results/budget.md, round 7b): paired differences scatter with sd 38 ms
+    against 59 ms for single unplanned steps, and over fresh profiles the recompute
+    factor's interquartile range went from 0.36-0.71 to 0.41-0.56 (its range, set by
+    single-step outliers with 4 pairs, did not shrink).
+    """
+    if len(order) != len(times):
+        raise ConfigError(f"{len(order)} step names but {len(times)} times")
+    diffs: dict[str, list[float]] = {}
+    for i, k in enumerate(order):
+        if k == ref:
+            continue
+        if i == 0 or i == len(order) - 1 or order[i - 1] != ref or order[i + 1] != ref:
+            raise ConfigError(f"step {i} ({k!r}) is not between two {ref!r} steps")
+        diffs.setdefault(k, []).append(times[i] - 0.5 * (times[i - 1] + times[i + 1]))
+    return {k: statistics.median(d) for k, d in diffs.items()}
+
+
+def _time_schedule(
+    model: nn.Module,
+    plans: dict[str, Any],
+    order: Sequence[str],
+    inputs: Sequence[Any],
+    loss_fn: Callable[[Any], torch.Tensor],
+) -> list[float]:
+    """Process CPU time of one training step per entry of ``order`` (plan names), after
+    one untimed warm-up step of each plan; every step starts from the same weights and
+    seed, as in :func:`.runner.measure_steps` (whose per-step setup this repeats)."""
+    import copy
+
+    from edgetrain.engine.budget.executor import PlanExecutor
+
+    state = copy.deepcopy(model.state_dict())
+
+    def step(name: str) -> float:
+        model.load_state_dict(state)
+        model.zero_grad(set_to_none=True)
+        torch.manual_seed(0)
+        with PlanExecutor(model, plans[name]) as ex:
+            c0 = time.process_time()
+            ex.step(inputs, loss_fn)
+            return time.process_time() - c0 + ex.simulated_io_s
+
+    try:
+        for name in plans:
+            step(name)
+        return [step(name) for name in order]
+    finally:
+        model.load_state_dict(state)
+        model.zero_grad(set_to_none=True)
+
+
 def _in_situ_costs(
     model: nn.Module,
     inputs: Sequence[Any],
@@ -731,11 +817,15 @@ def _in_situ_costs(
 ) -> None:
     """Re-cost masks, block recomputation and regenerations where they run: in a step.
 
-    One interleaved measurement (:func:`.runner.measure_steps`, process CPU time, one
-    warm-up) of the unplanned step and of up to three plans: every mask applied, every
-    recomputable unit (:meth:`UnitProfile.recomputable`) recomputed, a set of
-    regenerations that can run together (:func:`_regen_set`) applied.  Each plan's
-    median step minus the unplanned median is its in-step overhead, which is then spread
+    One paired measurement (process CPU time, one warm-up step each) of the unplanned
+    step and of up to three plans: every mask applied, every recomputable unit
+    (:meth:`UnitProfile.recomputable`) recomputed, a set of regenerations that can run
+    together (:func:`_regen_set`) applied.  Every plan step runs between two unplanned
+    steps, the plans in a mirrored order (:func:`paired_schedule`, about ``steps`` timed
+    steps per plan and unplanned in all, as before); a plan's in-step overhead is the
+    median of its paired differences (:func:`paired_extra`), not the difference of two
+    independent medians, which moved the BERT-small b8 recompute factor between 0.29
+    and 0.67 over fresh profiles.  The overhead is then spread
     over its decisions in proportion to their isolated price -- so the ranking *within*
     a kind stays what the isolated measurements say, and only a kind's price against
     the other kinds (and compression, whose codec cost was measured about right in the
@@ -768,7 +858,6 @@ def _in_situ_costs(
     if steps < 1:
         return
     from edgetrain.engine.budget.plan import ExecutionPlan, UnitDecision
-    from edgetrain.engine.budget.runner import measure_steps
 
     rcs = [u for u in units if u.recomputable()]
     rgs = _regen_set(regens)
@@ -805,14 +894,18 @@ def _in_situ_costs(
         shapes,
     )
 
+    kinds = [k for k in plans if k != "none"]
+    # about the timed steps the unpaired medians took (``steps`` per plan, unplanned too)
+    rounds = max(1, round((steps * len(plans) - 1) / (2 * len(kinds))))
+
     def measure() -> dict[str, float]:
         rng = torch.get_rng_state()
         try:
-            res = measure_steps(model, plans, inputs, loss_fn, repeats=steps)
+            order = paired_schedule(kinds, rounds)
+            times = _time_schedule(model, plans, order, inputs, loss_fn)
         finally:
             torch.set_rng_state(rng)
-        none = statistics.median(res["none"]["times"])
-        return {k: statistics.median(res[k]["times"]) - none for k in plans if k != "none"}
+        return paired_extra(order, times)
 
     extra = cached_measure(key, measure)
     lo, hi = RC_SCALE_BOUNDS
