@@ -157,3 +157,13 @@ def test_uniform_table4_baselines_are_refused_with_the_accepted_alternative(env)
     )
     strategy = make_strategy(per_client, env, "oort+recompute")
     assert strategy.plan_service is not None
+
+
+def test_local_epochs_are_refused_with_the_accepted_alternative(env):
+    from edgetrain.integrations.flower.simulation import make_strategy
+
+    epochs = CFG.model_copy(
+        update={"federated": CFG.federated.model_copy(update={"local_epochs": 10})}
+    )
+    with pytest.raises(ConfigError, match="local_epochs: 10 .* set federated.local_steps"):
+        make_strategy(epochs, env, "fedhybrid")

@@ -109,6 +109,15 @@ def make_strategy(
             "runtimes execute; on Flower set federated.baseline_plans: per_client "
             "(Oort with per-client plans) or use edgetrain federate"
         )
+    if f.local_epochs is not None:
+        # the strategy ships a fixed step count to every node; epochs over each node's own
+        # partition (edgetrain.federated.environment.Environment.local_work) are not wired
+        # through Flower's config records, so refuse rather than train the wrong work
+        raise ConfigError(
+            f"federated.local_epochs: {f.local_epochs} is run only by the in-process and Ray "
+            "runtimes (edgetrain federate); on Flower leave it unset and set "
+            "federated.local_steps and batch_size"
+        )
     opts: dict[str, Any] = {}
     if f.aggregator == "fedprox":
         opts = {"mu": f.mu}
