@@ -25,7 +25,11 @@ Sections (paper figure in brackets; ``--sections`` names in parentheses):
    phone compute model, Bluetooth and Wi-Fi Direct, at the watch data's size and at
    MDLdroid Table 1's smallest and largest training-set sizes [Fig. 14];
 7. (tradeoff) aggregations per epoch × epochs trade-off: accuracy, time, battery,
-   against single-device training [Fig. 12-14].
+   against single-device training [Fig. 12-14];
+8. (evar) eq. 6's energy variance at small N against *every* valid schedule (the same
+   allocations and DQN as ``sched``): the least variance any schedule reaches, whether
+   the DQN reaches eq. 7's best return, how many schedules tie there and how far their
+   variances spread, and each device's energy by part (reduce vs broadcast) [Fig. 10b].
 Time and energy are simulated from the device profiles; accuracy is real.
 """
 
@@ -43,7 +47,13 @@ import torch
 from edgetrain import data, devices, models
 from edgetrain.decentralized.aggregation import CentralSGD, ChainSGD
 from edgetrain.decentralized.chain_scheduler import ChainScheduler
-from edgetrain.decentralized.costs import BUSY_S, link_time_s, simulate_iteration
+from edgetrain.decentralized.costs import (
+    BUSY_S,
+    ENERGY_PARTS,
+    REDUCE_PARTS,
+    link_time_s,
+    simulate_iteration,
+)
 from edgetrain.decentralized.dqn import DQNAgent, DQNConfig, reward_converged_at
 from edgetrain.decentralized.env import (
     GLOBAL,
@@ -55,6 +65,7 @@ from edgetrain.decentralized.env import (
     threshold,
 )
 from edgetrain.decentralized.resources import DeviceStatus, as_free, random_statuses
+from edgetrain.decentralized.schedule import all_schedules
 from edgetrain.decentralized.schedulers import (
     EarliestPairScheduler,
     RingScheduler,
@@ -67,7 +78,17 @@ from edgetrain.decentralized.trainer import (
     training_flops_per_sample,
 )
 
-SECTIONS = ("acc", "numerics", "sched", "sweep", "threshold", "explore", "speedup", "tradeoff")
+SECTIONS = (
+    "acc",
+    "numerics",
+    "sched",
+    "sweep",
+    "threshold",
+    "explore",
+    "speedup",
+    "tradeoff",
+    "evar",
+)
 # MDLdroid §4.1 / Table 1: the six data sets' training sets range from 25 MB to 900 MB.
 PAPER_TRAIN_MB = (25, 900)
 # (a, b) pairs of the busy-overhead table: "a's overhead is x % less than b's"
@@ -318,7 +339,7 @@ def scheduler_section(
     clock = Clock(ds)
     c = clock.transfer_s
     names = ("chain", "tree", "ring", "opt", "ringp")
-    rows_t, rows_e, avg = [], [], {k: [] for k in ("ct", "cr", "ot", "or", "ict", "icr", "v")}
+    rows_t, rows_e, avg = [], [], {k: [] for k in ("ct", "cr", "ot", "or", "ict", "icr", "v", "rv")}
     rows_o, pooled = [], dict.fromkeys(names, 0.0)
     rows_f, f_pooled = [], dict.fromkeys((*names, "ringN"), 0.0)
     for n in ns:
@@ -340,6 +361,7 @@ def scheduler_section(
         t5 = {k: [] for k in names}
         ti = {k: [] for k in names}
         var = {k: [] for k in names}
+        rvar = {k: [] for k in names}  # eq. 6 over the reduce's energy alone (no broadcast)
         after = {k: [] for k in names}  # transfers after the last busy device is free
         free5 = {k: [] for k in names}  # eq.5 time of the same devices all free
         fl = {k: [] for k in names}  # eq.5's f(T_a, T_b) = T(t) - T_tr
@@ -360,6 +382,7 @@ def scheduler_section(
                 ti[k].append(cost.time_s)
                 fl[k].append(cost.sched_latency_s)
                 var[k].append(cost.energy_variance)
+                rvar[k].append(cost.part_variance(REDUCE_PARTS))
                 if release is not None:
                     after[k].append((cost.eq5_time_s - release) / c)
                 if not any_busy:
@@ -399,10 +422,12 @@ def scheduler_section(
         m5 = {k: statistics.mean(v) for k, v in t5.items()}
         mi = {k: statistics.mean(v) for k, v in ti.items()}
         mv = {k: statistics.mean(v) for k, v in var.items()}
+        mr = {k: statistics.mean(v) for k, v in rvar.items()}
         summary[n] = {
             "f_ct": pct_less(mf["chain"], mf["tree"]),
             "f_cr": pct_less(mf["chain"], mf["ring"]),
             "var_ct": pct_less(mv["chain"], mv["tree"]),
+            "rvar_ct": pct_less(mr["chain"], mr["tree"]),
             "f_chain": mf["chain"],
             "fallbacks": fallbacks,
         }
@@ -423,6 +448,7 @@ def scheduler_section(
         for key, val in zip(("ct", "cr", "ot", "or", "ict", "icr"), row[5:], strict=True):
             avg[key].append(val)
         avg["v"].append(pct_less(mv["chain"], mv["tree"]))
+        avg["rv"].append(pct_less(mr["chain"], mr["tree"]))
         busy_draws = len(after["chain"])
         rows_e.append(
             [n, mv["chain"], mv["tree"], mv["ring"], mv["opt"], pct_less(mv["chain"], mv["tree"])]
@@ -431,6 +457,7 @@ def scheduler_section(
                 for k in ("chain", "tree", "ring", "opt")
             ]
             + [f"{busy_draws}/{reps}", fallbacks]
+            + [mr["chain"], mr["tree"], pct_less(mr["chain"], mr["tree"])]
         )
     summary["pooled"] = {
         "f_ct": pct_less(f_pooled["chain"], f_pooled["tree"]),
@@ -460,7 +487,7 @@ def scheduler_section(
         ],
         rows_t,
     )
-    rows_e.append(["mean", "", "", "", "", mean["v"]] + [""] * 6)
+    rows_e.append(["mean", "", "", "", "", mean["v"]] + [""] * 8 + [mean["rv"]])
     if rows_o:
         cols = list(zip(*(r[5:] for r in rows_o), strict=True))
         rows_o.append(["mean", "", "", "", ""] + [statistics.mean(col) for col in cols])
@@ -470,9 +497,11 @@ def scheduler_section(
             + [""] * len(OH_PAIRS)
         )
     table(
-        "Energy variance of aggregation energy (J², eq. 6) [Fig. 10b] and Bluetooth "
+        "Energy variance of aggregation energy (J², eq. 6: reduce and broadcast transfers "
+        "and aggregation compute) [Fig. 10b] and Bluetooth "
         "transfers between the last busy device becoming free and the end of the reduce "
-        "(busy-last check: lower = busy devices joined later), draws with ≥1 busy device",
+        "(busy-last check: lower = busy devices joined later), draws with ≥1 busy device; "
+        "reduce-only = eq. 6 over the reduce's transfers and aggregation alone",
         [
             "N",
             "Chain var",
@@ -486,6 +515,9 @@ def scheduler_section(
             "Opt after-busy",
             "busy draws",
             "DQN fallbacks",
+            "Chain reduce-only var",
+            "Tree reduce-only var",
+            "reduce-only Chain<Tree %",
         ],
         rows_e,
     )
@@ -565,7 +597,12 @@ def dqn_seeds_section(
         t = time.time()
         runs.append(scheduler_section(ds, ns, reps, first, relearn, seed, ds_seed, verbose=i == 0))
         print(f"(DQN seed {ds_seed}: {time.time() - t:.0f} s wall)", flush=True)
-    keys = (("f_ct", "f Chain<Tree %"), ("f_cr", "f Chain<Ring %"), ("var_ct", "var Chain<Tree %"))
+    keys = (
+        ("f_ct", "f Chain<Tree %"),
+        ("f_cr", "f Chain<Ring %"),
+        ("var_ct", "var Chain<Tree %"),
+        ("rvar_ct", "reduce-only var Chain<Tree %"),
+    )
     rows = []
     for n in ns:
         row: list = [n]
@@ -580,9 +617,7 @@ def dqn_seeds_section(
         row.append(_spread([statistics.mean(r[n][k] for n in ns) for r in runs]))
     rows.append(row + ["", ""])
     rows.append(
-        ["pooled"]
-        + [_spread([r["pooled"][k] for r in runs]) for k in ("f_ct", "f_cr")]
-        + ["", "", ""]
+        ["pooled"] + [_spread([r["pooled"][k] for r in runs]) for k in ("f_ct", "f_cr")] + [""] * 4
     )
     per_seed = [
         [s]
@@ -961,6 +996,134 @@ def tradeoff_section(ds, n: int, configs, seed: int, first: int, relearn: int) -
     )
 
 
+# -- 8. energy variance against every schedule --------------------------------------------
+def evar_section(
+    ds, ns, reps: int, first: int, relearn: int, seed: int, dqn_seeds: list[int]
+) -> None:
+    """Eq. 6 at small N, where every valid schedule can be enumerated: is the DQN short of
+    the least variance because it misses eq. 7's best return (learning), because eq. 7's
+    best return does not single out the low-variance schedules (reward), or because no
+    schedule does better (structure)? Same allocations (``seed + N``) and Chain
+    scheduler settings as ``sched``, so the DQN column equals that section's."""
+    clock = Clock(ds)
+    c = clock.transfer_s
+    tol_var = 1e-3  # J², "at the minimum": far below one transfer's energy squared
+    tol_f = 0.01 * c  # s: schedules this close in f are latency-equivalent
+    rows, part_rows = [], []
+    for n in ns:
+        prof, flops, train_s = clock.fleet(n)
+        every = list(all_schedules(range(n)))
+        for dseed in dqn_seeds:
+            chain = ChainScheduler(
+                n, seed=dseed, first_episodes=first, relearn_episodes=relearn, busy_delay=BUSY_S / c
+            )
+            rng = np.random.default_rng(seed + n)
+            acc = {k: [] for k in ("chain", "tree", "ring", "min", "minf", "cred", "tred")}
+            at_min = dict.fromkeys(("chain", "tree", "ring"), 0)
+            at_best, tied, tied_min, tie_lo, tie_hi = 0, [], [], [], []
+            parts = {
+                (k, role): np.zeros(len(ENERGY_PARTS))
+                for k in ("chain", "tree")
+                for role in ("root", "other")
+            }
+            for _ in range(reps):
+                st = random_statuses(n, rng, 0.5)
+                scheds = {
+                    "chain": chain.schedule(st),
+                    "tree": TreeScheduler().schedule(st),
+                    "ring": RingScheduler().schedule(st),
+                }
+                costs = {k: clock.run(v, st, prof, flops) for k, v in scheds.items()}
+                everyc = [clock.run(s, st, prof, flops) for s in every]
+                var = [x.energy_variance for x in everyc]
+                vmin = min(var)
+                fmin = min(x.sched_latency_s for x in everyc)
+                acc["min"].append(vmin)
+                acc["minf"].append(
+                    min(
+                        v
+                        for v, x in zip(var, everyc, strict=True)
+                        if x.sched_latency_s <= fmin + tol_f
+                    )
+                )
+                for k in at_min:
+                    acc[k].append(costs[k].energy_variance)
+                    at_min[k] += costs[k].energy_variance <= vmin + tol_var
+                acc["cred"].append(costs["chain"].part_variance(REDUCE_PARTS))
+                acc["tred"].append(costs["tree"].part_variance(REDUCE_PARTS))
+                env = ChainSchedulingEnv(n, st, reward=chain.reward, busy_delay=chain.busy_delay)
+                rets = [_replay_return(env, s) for s in every]
+                best = max(rets)
+                top = [v for v, r in zip(var, rets, strict=True) if r >= best - 1e-9]
+                at_best += _replay_return(env, scheds["chain"]) >= best - 1e-9
+                tied.append(len(top))
+                tied_min.append(sum(v <= vmin + tol_var for v in top))
+                tie_lo.append(min(top))
+                tie_hi.append(max(top))
+                for k in ("chain", "tree"):
+                    root = scheds[k].root
+                    for d, ps in costs[k].energy_parts.items():
+                        role = "root" if d == root else "other"
+                        w = 1.0 if role == "root" else 1.0 / (n - 1)
+                        parts[(k, role)] += w * np.array([ps[p] for p in ENERGY_PARTS]) / reps
+            m = {k: statistics.mean(v) for k, v in acc.items()}
+            rows.append(
+                [
+                    n,
+                    dseed,
+                    m["chain"],
+                    m["tree"],
+                    m["ring"],
+                    m["min"],
+                    m["minf"],
+                    pct_less(m["chain"], m["tree"]),
+                    pct_less(m["min"], m["tree"]),
+                    " / ".join(str(at_min[k]) for k in ("chain", "tree", "ring")),
+                    f"{at_best}/{reps}",
+                    statistics.mean(tied),
+                    statistics.mean(tied_min),
+                    f"{statistics.mean(tie_lo):.3f}-{statistics.mean(tie_hi):.3f}",
+                    pct_less(m["cred"], m["tred"]),
+                ]
+            )
+            if dseed == dqn_seeds[0]:
+                for (k, role), v in parts.items():
+                    part_rows.append([n, k, role] + [float(x) for x in v] + [float(v.sum())])
+    table(
+        f"Energy variance (eq. 6, J²) against every valid schedule, {reps} ≤50%-busy "
+        "allocations per N (the sched section's), mean over the allocations [Fig. 10b]. "
+        "Min = least variance of any schedule per allocation; Min|f = least among the "
+        "latency-optimal ones; at min = allocations where Chain / Tree / Ring reach Min; "
+        "DQN at eq.7 best = allocations where the DQN's schedule has eq. 7's best return; "
+        "tied = schedules sharing that best return, of them at Min, and their variance range; "
+        "reduce-only = eq. 6 over the reduce's transfers and aggregation alone",
+        [
+            "N",
+            "DQN seed",
+            "Chain var",
+            "Tree var",
+            "Ring var",
+            "Min var",
+            "Min|f var",
+            "Chain<Tree %",
+            "Min<Tree %",
+            "at min C / T / R",
+            "DQN at eq.7 best",
+            "tied",
+            "tied at Min",
+            "tied var range",
+            "reduce-only Chain<Tree %",
+        ],
+        rows,
+    )
+    table(
+        "Energy per device by part (J, mean over the allocations; first DQN seed): the "
+        "reduce root vs the mean of the other devices",
+        ["N", "scheduler", "device", *ENERGY_PARTS, "total"],
+        part_rows,
+    )
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true", help="smoke-sized run")
@@ -1000,12 +1163,17 @@ def main(argv: list[str] | None = None) -> None:
         "--explore-ns", default="3,5,7,9", help="comma list of N for the explore section"
     )
     ap.add_argument("--tradeoff-n", type=int, default=4)
+    ap.add_argument(
+        "--evar-ns", default="3,4", help="comma list of N for the evar section (N <= 5)"
+    )
     ap.add_argument("--tradeoff-epochs", type=int, default=10, help="E of the 1-E, 2-E rows")
     args = ap.parse_args(argv)
     sections = [s.strip() for s in args.sections.split(",") if s.strip()]
     bad = [s for s in sections if s not in SECTIONS]
     if bad:
         ap.error(f"unknown sections {bad}; choose from {', '.join(SECTIONS)}")
+    if "evar" in sections and any(int(n) > 5 for n in args.evar_ns.split(",")):
+        ap.error(f"--evar-ns {args.evar_ns}: N <= 5 (N = 6 has 86,400 schedules per allocation)")
     torch.set_num_threads(1)
     t0 = time.time()
     ds = data.load("watch")
@@ -1024,6 +1192,7 @@ def main(argv: list[str] | None = None) -> None:
             ),
             "speedup": lambda: speedup_section(ds, [2], args.seed),
             "tradeoff": lambda: tradeoff_section(ds, 2, [(1, 1), (2, 1)], args.seed, 20, 5),
+            "evar": lambda: evar_section(ds, [3], 4, 20, 5, args.seed, [args.seed]),
         }
     else:
         ns = list(range(args.min_n, args.max_n + 1))
@@ -1075,6 +1244,15 @@ def main(argv: list[str] | None = None) -> None:
                 args.seed,
                 args.first,
                 args.relearn,
+            ),
+            "evar": lambda: evar_section(
+                ds,
+                [int(n) for n in args.evar_ns.split(",")],
+                args.reps,
+                args.first,
+                args.relearn,
+                args.seed,
+                [int(x) for x in (args.dqn_seeds or str(args.seed)).split(",")],
             ),
         }
     for name in sections:

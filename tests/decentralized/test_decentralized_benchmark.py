@@ -28,6 +28,8 @@ def test_mdldroid_benchmark_quick(capsys):
         "Fig. 8a: Chain-scheduler training time",
         "Speed-up",
         "trade-off",
+        "against every valid schedule",
+        "Energy per device by part",
     ):
         assert title in out
     # Chain - Central accuracy difference for N = 3 is printed as 0; peaks 2 vs 3 copies
@@ -80,6 +82,12 @@ def test_mdldroid_benchmark_quick(capsys):
     assert f[1] == "4"
     chain_f, tree_f, ring_f, ringp_f, opt_f = (float(x) for x in f[2:7])
     assert opt_f <= min(chain_f, tree_f, ring_f) + 1e-6 and ring_f >= ringp_f - 1e-6
+    # evar: the least variance of any schedule is never above Chain's, Tree's or Ring's
+    start = next(i for i, r in enumerate(lines) if "against every valid schedule" in r)
+    ev = [c.strip() for c in lines[start + 3].split("|")]
+    assert ev[1] == "3"
+    chain_v, tree_v, ring_v, min_v, minf_v = (float(x) for x in ev[3:8])
+    assert min_v <= min(chain_v, tree_v, ring_v) + 1e-9 and min_v <= minf_v + 1e-9
     # numerics: float64 messages are bit-identical to Central (0 elements differ, same accuracy)
     start = next(i for i, r in enumerate(lines) if "Chain vs Central numerics" in r)
     nm = [c.strip() for c in lines[start + 3].split("|")]

@@ -39,7 +39,7 @@ from edgetrain.decentralized.env import (
 )
 from edgetrain.decentralized.faults import DeviceCache, Fault
 from edgetrain.decentralized.resources import DeviceStatus, as_free, random_statuses
-from edgetrain.decentralized.schedule import Pair, Schedule, star_schedule
+from edgetrain.decentralized.schedule import Pair, Schedule, all_schedules, star_schedule
 from edgetrain.decentralized.schedulers import (
     EarliestPairScheduler,
     RingScheduler,
@@ -73,6 +73,7 @@ __all__ = [
     "Schedule",
     "Scheduler",
     "TreeScheduler",
+    "all_schedules",
     "as_free",
     "binomial_broadcast",
     "energy_variance",

@@ -35,9 +35,12 @@ that starts when its last member is ready, so its reduce ends at
 
 Energy per device = compute power × (training + aggregation time) + radio
 tx/rx power × transfer time (``edgetrain.devices.energy.energy_j``). Eq. 6's
-energy variance is taken over the *aggregation* energy (transfers + aggregate
-compute), the part a scheduler can move between devices; training energy is
-reported separately.
+energy variance is taken over the *aggregation* energy (reduce and broadcast
+transfers + aggregate compute), the part a scheduler can move between devices;
+training energy is reported separately. :attr:`IterationCost.energy_parts`
+splits each device's energy into :data:`ENERGY_PARTS`; the reduce's part is what
+eq. 7's aggregation count n_agg steers, the broadcast's part follows the root the
+schedule picks and the resource ranking of §3.2.3.
 """
 
 from __future__ import annotations
@@ -57,6 +60,10 @@ from edgetrain.errors import ConfigError
 AGG_FLOPS_PER_PARAM = 4
 # Expected remaining length of a ~150 s phone interaction session (FedHybrid §4.4.2).
 BUSY_S = 75.0
+# The components of one device's energy in :attr:`IterationCost.energy_parts` (J).
+ENERGY_PARTS = ("train", "reduce_tx", "reduce_rx", "aggregate", "broadcast_tx", "broadcast_rx")
+# The reduce's parts: the energy the pair aggregations themselves cost.
+REDUCE_PARTS = ("reduce_tx", "reduce_rx", "aggregate")
 
 
 @dataclass
@@ -73,6 +80,9 @@ class IterationCost:
     broadcast_rounds: int
     reduce_rounds: int
     extra: dict = field(default_factory=dict)
+    # per device {part: J} over ENERGY_PARTS; the parts sum to energy_j[d], all but
+    # "train" to agg_energy_j[d]
+    energy_parts: dict[int, dict[str, float]] = field(default_factory=dict)
 
     @property
     def eq5_time_s(self) -> float:
@@ -99,6 +109,17 @@ class IterationCost:
     def energy_variance(self) -> float:
         """Eq. 6 over the devices' aggregation energy (J²)."""
         return energy_variance(self.agg_energy_j)
+
+    def part_variance(self, parts: Sequence[str]) -> float:
+        """Eq. 6 over the sum of some of each device's :data:`ENERGY_PARTS` — e.g. the
+        reduce alone (``reduce_tx``, ``reduce_rx``, ``aggregate``), the part eq. 7's
+        aggregation count n_agg is about, without the broadcast that follows it."""
+        bad = [p for p in parts if p not in ENERGY_PARTS]
+        if bad:
+            raise ConfigError(f"unknown energy parts {bad}; choose from {', '.join(ENERGY_PARTS)}")
+        return energy_variance(
+            {d: sum(ps[p] for p in parts) for d, ps in self.energy_parts.items()}
+        )
 
 
 def energy_variance(energy: Mapping[int, float]) -> float:
@@ -146,6 +167,9 @@ def simulate_iteration(
     tx = dict.fromkeys(devs, 0)
     rx = dict.fromkeys(devs, 0)
     link_s = {d: [0.0, 0.0] for d in devs}  # seconds sending, receiving
+    # link_s split by phase for energy_parts: [reduce send, reduce receive, broadcast
+    # send, broadcast receive] (link_s itself stays the one sum the energy is taken from)
+    phase_s = {d: [0.0, 0.0, 0.0, 0.0] for d in devs}
     avail = dict(ready)
     if schedule.synchronous and aggregation != "central":
         # a collective (Ring-Allreduce): nothing moves before every member is ready
@@ -154,12 +178,16 @@ def simulate_iteration(
 
     red_bytes = model_bytes if reduce_bytes is None else int(reduce_bytes)
 
-    def transfer(src: int, dst: int, start: float, n_bytes: int = red_bytes) -> float:
+    def transfer(
+        src: int, dst: int, start: float, n_bytes: int = red_bytes, phase: int = 0
+    ) -> float:
         dt = link_time_s(profiles[src], profiles[dst], n_bytes, link)
         tx[src] += n_bytes
         rx[dst] += n_bytes
         link_s[src][0] += dt
         link_s[dst][1] += dt
+        phase_s[src][phase] += dt
+        phase_s[dst][phase + 1] += dt
         return start + dt
 
     if aggregation == "central":
@@ -193,17 +221,25 @@ def simulate_iteration(
     for rnd in rounds:
         for p in rnd:
             start = max(avail[p.sender], avail[p.receiver])
-            end = transfer(p.sender, p.receiver, start, model_bytes)
+            end = transfer(p.sender, p.receiver, start, model_bytes, phase=2)
             avail[p.sender] = end
             avail[p.receiver] = end
     time_s = max(avail.values())
-    energy, agg_energy = {}, {}
+    energy, agg_energy, parts = {}, {}, {}
     for d in devs:
         prof = profiles[d]
         tx_w, rx_w = prof.link_power(link)
         radio_j = tx_w * link_s[d][0] + rx_w * link_s[d][1]
         agg_energy[d] = prof.power_compute_w * comp_s[d] + radio_j
         energy[d] = energy_j(prof, compute_s=train_s[d]) + agg_energy[d]
+        parts[d] = {
+            "train": energy_j(prof, compute_s=train_s[d]),
+            "reduce_tx": tx_w * phase_s[d][0],
+            "reduce_rx": rx_w * phase_s[d][1],
+            "aggregate": prof.power_compute_w * comp_s[d],
+            "broadcast_tx": tx_w * phase_s[d][2],
+            "broadcast_rx": rx_w * phase_s[d][3],
+        }
     return IterationCost(
         time_s=time_s,
         reduce_end_s=reduce_end,
@@ -214,4 +250,5 @@ def simulate_iteration(
         rx_bytes=rx,
         broadcast_rounds=len(rounds),
         reduce_rounds=reduce_rounds,
+        energy_parts=parts,
     )
