@@ -120,6 +120,12 @@ def fmt_speed(r: dict) -> str:
     return "-" if sp is None else f"{sp:.2f}x"
 
 
+def curves(recs: dict[str, list[dict]]) -> dict[str, list[list[float]]]:
+    """Per method, [simulated s, test accuracy] after every round: accuracy at a common
+    round or time (not only the final and best rounds) can be read from the JSON."""
+    return {m: [[r["sim_time_s"], r["accuracy"]] for r in rs] for m, rs in recs.items()}
+
+
 def scale_figure(quick: bool) -> dict:
     """Wall seconds per round and peak RSS for N clients x K per round (in-process)."""
     n, k, rounds = (200, 20, 2) if quick else (1000, 100, 3)
@@ -224,6 +230,7 @@ def main(argv: list[str] | None = None) -> int:
     out: dict = {
         "tables": {}, "ablations": {}, "semantics": semantics,
         "local_work": {"local_epochs": args.local_epochs, "batch": args.batch or 16},
+        "curves": {},
     }  # fmt: skip
     t0 = time.perf_counter()
     saved: dict[tuple[str, float], dict] = {}  # planner results of every aggregator's runs
@@ -236,6 +243,7 @@ def main(argv: list[str] | None = None) -> int:
         methods = tuple(args.methods.split(","))
         rows, recs = compare(cfg, methods, env=env, extend_factor=args.extend)
         out["tables"][agg] = rows
+        out["curves"][agg] = curves(recs)
         if env.plan_service is not None:  # Table 4 baselines: the fleet-wide plans
             out["uniform_plans"] = [
                 {**o.to_dict(), "device_plan_s": ON_DEVICE_PLAN_SLOWDOWN * o.plan_s}
@@ -245,8 +253,9 @@ def main(argv: list[str] | None = None) -> int:
         if agg == "fedprox" and not args.no_ablations:
             done = {r["method"]: (recs[r["method"]], r["wall_s"]) for r in rows if "wall_s" in r}
             names = ("random",) + ABLATIONS + (MECHANISM_CHECKS if args.mechanism_checks else ())
-            abl, _ = compare(cfg, names, env=env, cached=done, extend_factor=args.extend)
+            abl, abl_recs = compare(cfg, names, env=env, cached=done, extend_factor=args.extend)
             out["ablations"][agg] = abl
+            out["curves"][agg].update(curves(abl_recs))
         if env.plan_service is not None:
             for r in env.plan_service.to_json():
                 saved[(r["strategy"], r["fraction"])] = r
