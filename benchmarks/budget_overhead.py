@@ -48,6 +48,11 @@ reports the median over rounds of the per-round ratio (each round: median of
 ratios are kept in the JSON (``round_ratios``).  Without ``--rounds-at`` every
 budget gets ``--rounds`` rounds.  ``--methods`` restricts the planners that run
 (``none`` always runs; ``--no-mincut`` drops both compiled variants).
+``--profiles K`` measures every budget K times, each in a fresh child process with its
+own profile (so possibly its own plan), and summarises the ratios over profiles
+(``by_profile``).  With min-cut in the run every planner row also carries its paired
+ratio to it (``vs_mincut``, same rounds), and the min-cut rows what its forward saves
+for the backward (``saved_for_backward``) and what its backward runs (``backward_ops``).
 ``--autotune`` adds ``hybrid-tuned``: hybrid's candidate plans timed before each
 budget's measurement, the fastest measured with the others (``tune_s``: tuning time).
 """
@@ -152,6 +157,11 @@ class _Compiled:
     two variants of the same model (``mincut`` and ``mincut-free``) can live in
     dynamo's cache side by side (it keys entries by backend) and be called
     alternately.  ``compiles`` counts partitioner calls (one per compiled graph).
+    ``saved`` summarises what the partitioned forward hands to the backward (per aten
+    op: count and bytes, graph inputs / parameters as ``input/param``) and
+    ``bw_ops`` the op counts of the backward graph (what it recomputes shows there),
+    both summed over every partitioner call (one per compiled graph; the benchmark
+    reports ``recompiles`` in timed steps, normally 0).
     """
 
     def __init__(self, model, frac: float) -> None:
@@ -159,6 +169,8 @@ class _Compiled:
         from torch._dynamo.backends.common import aot_autograd
 
         self.frac, self.compiles = frac, 0
+        self.saved: dict[str, list[int]] = {}
+        self.bw_ops: dict[str, int] = {}
 
         def nop(gm, example_inputs):
             return make_boxed_func(gm)
@@ -166,13 +178,30 @@ class _Compiled:
         def partition(*a, **k):
             self.compiles += 1
             with torch._functorch.config.patch(activation_memory_budget=frac):
-                return min_cut_rematerialization_partition(*a, **k)
+                fw, bw = min_cut_rematerialization_partition(*a, **k)
+            self._summarise(fw, bw, k.get("num_fwd_outputs", 1))
+            return fw, bw
 
         backend = aot_autograd(fw_compiler=nop, bw_compiler=nop, partition_fn=partition)
         self.fn = torch.compile(model, backend=backend, dynamic=False)
 
     def __call__(self, *a):
         return self.fn(*a)
+
+    def _summarise(self, fw, bw, num_fwd_outputs: int) -> None:
+        out = next(n for n in fw.graph.nodes if n.op == "output")
+        for n in out.args[0][num_fwd_outputs:]:
+            v = getattr(n, "meta", {}).get("val")
+            if not isinstance(v, torch.Tensor):
+                continue
+            key = "input/param" if n.op == "placeholder" else str(n.target).replace("aten.", "")
+            c = self.saved.setdefault(key, [0, 0])
+            c[0] += 1
+            c[1] += v.numel() * v.element_size()
+        for n in bw.graph.nodes:
+            if n.op == "call_function":
+                key = str(n.target).replace("aten.", "")
+                self.bw_ops[key] = self.bw_ops.get(key, 0) + 1
 
 
 #: entry for plain PyTorch training (:func:`_interleaved`): what a user runs without us
@@ -258,7 +287,8 @@ def _round_ratios(model, entries, inputs, loss_fn, repeats, rounds):
     ``mincut-free``.  Returns (first round's result, {entry: {clock: [ratio per
     round]}}, {entry: max peak over rounds}, {entry: recompiles in timed steps})."""
     ratios = {k: {"cpu": [], "thread": [], "wall": [], "vs_free": [], "vs_recompute": [],
-                  "step_vs_none": [], "step_vs_recompute": []}
+                  "step_vs_none": [], "step_vs_recompute": [], "vs_mincut": [],
+                  "step_vs_mincut": []}
               for k in entries}  # fmt: skip
     peaks = dict.fromkeys(entries, 0)
     recompiles = dict.fromkeys(entries, 0)
@@ -283,6 +313,12 @@ def _round_ratios(model, entries, inputs, loss_fn, repeats, rounds):
                 ratios[k]["step_vs_recompute"] += [
                     a / b for a, b in zip(r["times"], res["recompute"]["times"], strict=True)
                 ]
+            if (k in METHODS or k == "hybrid-tuned") and "mincut" in res:
+                # paired against the min-cut partitioner run in the same interleaved steps
+                ratios[k]["vs_mincut"].append(med[k]["times"] / med["mincut"]["times"])
+                ratios[k]["step_vs_mincut"] += [
+                    a / b for a, b in zip(r["times"], res["mincut"]["times"], strict=True)
+                ]
             peaks[k] = max(peaks[k], r["peak"])
             recompiles[k] += r.get("recompiles", 0)
     return first, ratios, peaks, recompiles
@@ -290,7 +326,7 @@ def _round_ratios(model, entries, inputs, loss_fn, repeats, rounds):
 
 def bench_model(name, batch, budgets, repeats, mincut, log, rounds=1, rounds_at=None,
                 methods=METHODS, rows_path=None, tune=False, ckpt_all=True,
-                aa=False):  # fmt: skip
+                aa=False, profile_index=None):  # fmt: skip
     """Measure every budget; ``rows_path`` (JSON lines) gets each budget's rows as soon as
     they are measured, so a run that dies later (e.g. out of memory) keeps them.
 
@@ -305,7 +341,10 @@ def bench_model(name, batch, budgets, repeats, mincut, log, rounds=1, rounds_at=
     training without the executor (its ratio to ``none`` is the inverse of the
     executor's fixed cost: the hooks and the accountant that every entry pays), and
     ``none-fast``: the empty plan with ``PlanExecutor(account=False)`` (no hook on kept
-    tensors; the executor's fixed cost without the accountant)."""
+    tensors; the executor's fixed cost without the accountant).
+
+    ``profile_index`` (set by ``--profiles``) tags every row with the index of the fresh
+    process (and so of the fresh profile) that measured it."""
     model, inputs, loss_fn = zoo_task(name, batch, seed=0)
     t0 = time.perf_counter()
     codecs = {**codecs_for("hybrid"), **codecs_for("compress")}
@@ -362,6 +401,8 @@ def bench_model(name, batch, budgets, repeats, mincut, log, rounds=1, rounds_at=
         for m in (*names, "mincut", "mincut-free") if mincut else names:
             row = {"model": name, "batch": batch, "budget": frac, "budget_bytes": budget,
                    "method": m}  # fmt: skip
+            if profile_index is not None:
+                row["profile"] = profile_index
             if m in ("mincut", "mincut-free") and compiled_error:
                 row.update(feasible=False, error=compiled_error)
             elif m not in entries:
@@ -396,12 +437,24 @@ def bench_model(name, batch, budgets, repeats, mincut, log, rounds=1, rounds_at=
                         row["same_plan_as_recompute"] = _decided(entries[m]) == _decided(
                             entries["recompute"]
                         )
+                if rr["vs_mincut"]:
+                    # this plan / min-cut, paired per round and per repeat (same steps)
+                    row.update(vs_mincut=paired_summary(rr["vs_mincut"]).to_json(),
+                               round_vs_mincut=rr["vs_mincut"],
+                               steps_vs_mincut=paired_summary(
+                                   rr["step_vs_mincut"]).to_json())  # fmt: skip
                 if m in ("mincut", "mincut-free"):
                     row.update(
                         activation_memory_budget=entries[m].frac,
                         compiles=entries[m].compiles,
                         recompiles=recompiles[m],
-                    )
+                        # what its forward saves for the backward, largest first, and
+                        # what its backward graph runs (recomputation shows there)
+                        saved_for_backward=dict(sorted(
+                            entries[m].saved.items(), key=lambda kv: -kv[1][1])),
+                        backward_ops=dict(sorted(
+                            entries[m].bw_ops.items(), key=lambda kv: -kv[1])),
+                    )  # fmt: skip
                     if rr["vs_free"]:
                         row.update(vs_free=statistics.median(rr["vs_free"]),
                                    round_vs_free=rr["vs_free"])  # fmt: skip
@@ -466,8 +519,15 @@ def bench_model(name, batch, budgets, repeats, mincut, log, rounds=1, rounds_at=
             "peak_rss_bytes": peak_rss_bytes()}  # fmt: skip
 
 
-def _fresh_process_runs(spec, budgets, argv, out, log):
+def _fresh_process_runs(spec, budgets, argv, out, log, profiles=1):
     """Each budget in its own child process (same options, ``--budgets`` one value).
+
+    ``profiles`` > 1 runs every budget that many times, each time in a fresh child
+    (so from a fresh profile, possibly a different plan), in the order
+    budget 1..n of profile 0, then of profile 1, ... (load drift spreads over
+    budgets); every row carries its ``profile`` index, and ``by_profile``
+    (:func:`_profile_summary`) lists each (budget, method)'s per-profile ratios,
+    plans and peaks with their median.
 
     Processes once grew by gigabytes per budget (a MobileNetV2 run was OOM-killed at
     24 GB); the cause was the executor's recompute path leaking recomputed activations
@@ -480,10 +540,13 @@ def _fresh_process_runs(spec, budgets, argv, out, log):
     import subprocess
 
     merged = None
-    for i, frac in enumerate(budgets):
+    runs = [(frac, k) for k in range(profiles) for frac in budgets]
+    for i, (frac, k) in enumerate(runs):
         cmd = [sys.executable, str(Path(__file__).resolve()), *argv, "--models", spec,
                "--budgets", str(frac), "--json", "--out", str(out), "--child"]  # fmt: skip
-        if i < len(budgets) - 1:
+        if profiles > 1:
+            cmd += ["--profile-index", str(k)]
+        if i < len(runs) - 1:
             cmd.append("--no-ckpt-all")
         t0 = time.perf_counter()
         proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
@@ -501,7 +564,36 @@ def _fresh_process_runs(spec, budgets, argv, out, log):
             merged["rows"] += res["rows"]
             merged["peak_rss_bytes"] = max(merged["peak_rss_bytes"], res["peak_rss_bytes"])
         merged["child_peak_rss_bytes"].append(res["peak_rss_bytes"])
+    if profiles > 1:
+        merged["by_profile"] = _profile_summary(merged["rows"])
+        for s in merged["by_profile"]:
+            log(f"  [{spec} {s['budget']}] {s['method']:9s} median {s['median_ratio']:.3f} "
+                f"over {len(s['ratios'])} profiles: "
+                + ", ".join(f"{r:.3f}" for r in s["ratios"]))  # fmt: skip
     return merged
+
+
+def _profile_summary(rows):
+    """Per (budget, method) over fresh-process profiles: each profile's ratio, plan
+    counts, peak / budget and gradient error, and the median ratio (feasible rows only)."""
+    groups: dict[tuple, list] = {}
+    for r in rows:
+        if r.get("budget") is not None and r.get("feasible") and "profile" in r:
+            groups.setdefault((r["budget"], r["method"]), []).append(r)
+    out = []
+    for (budget, method), rs in groups.items():
+        rs = sorted(rs, key=lambda r: r["profile"])
+        out.append({
+            "budget": budget, "method": method,
+            "profiles": [r["profile"] for r in rs],
+            "ratios": [r["ratio"] for r in rs],
+            "median_ratio": statistics.median(r["ratio"] for r in rs),
+            "decisions": [{k: v for k, v in r.get("decisions", {}).items() if v} for r in rs],
+            "peak_over_budget": [r.get("peak_over_budget") for r in rs],
+            "grad_err": [r["grad_err"] for r in rs],
+            "rc_scale": [r.get("rc_scale") for r in rs],
+        })  # fmt: skip
+    return out
 
 
 def accuracy_check(model_name, dataset, frac, epochs, batch, lr, seed, log, **model_opts):
@@ -583,6 +675,11 @@ def _brief(row):
         s += f" vs_free={row['vs_free']:.3f}"
         if len(row["round_vs_free"]) > 1:
             s += " [" + ",".join(f"{x:.3f}" for x in row["round_vs_free"]) + "]"
+    if row.get("decisions"):
+        s += " plan=" + ",".join(f"{k}:{v}" for k, v in row["decisions"].items() if v)
+    if "vs_mincut" in row:
+        v = row["vs_mincut"]
+        s += f" vs_mincut={v['median']:.3f} [{v['lo']:.3f},{v['hi']:.3f}] {v['verdict']}"
     if "vs_recompute" in row:
         v = row["vs_recompute"]
         s += f" vs_recompute={v['median']:.3f} [{v['lo']:.3f},{v['hi']:.3f}] {v['verdict']}"
@@ -604,7 +701,11 @@ def plot(result, out: Path):
     fig, ax = plt.subplots(figsize=(6, 4))
     rows = result["rows"]
     for m in (*METHODS, "hybrid-tuned", "mincut", "mincut-free"):
-        pts = [(r["budget"], r["ratio"]) for r in rows if r["method"] == m and r.get("feasible")]
+        by_budget: dict[float, list[float]] = {}  # several with --profiles: their median
+        for r in rows:
+            if r["method"] == m and r.get("feasible"):
+                by_budget.setdefault(r["budget"], []).append(r["ratio"])
+        pts = [(b, statistics.median(v)) for b, v in by_budget.items()]
         if pts:
             ax.plot(*zip(*pts, strict=True), marker="o", label=m)
     ck = [r for r in rows if r["method"] == "ckpt-all"]
@@ -682,6 +783,15 @@ def main(argv=None) -> int:
         help="add an A/A control: a second empty plan measured like the others "
         "(its ratio to none shows the run's step noise)",
     )
+    ap.add_argument(
+        "--profiles",
+        type=int,
+        default=1,
+        help="run every budget K times, each in a fresh child process with its own "
+        "profile (implies --fresh-process); rows carry their profile index and the "
+        "result a per-budget summary over profiles (by_profile)",
+    )
+    ap.add_argument("--profile-index", type=int, default=None, help=argparse.SUPPRESS)
     ap.add_argument("--no-ckpt-all", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--out", default=None, help="folder for PNGs (default: a temp folder)")
@@ -716,6 +826,10 @@ def main(argv=None) -> int:
     for k, v in (quick if args.quick else full).items():
         if getattr(args, k) is None:
             setattr(args, k, v)
+    if args.profiles < 1:
+        raise ConfigError(f"--profiles {args.profiles}: expected a count >= 1")
+    if args.profiles > 1:
+        args.fresh_process = True
     methods = tuple(m.strip() for m in args.methods.split(",") if m.strip())
     unknown = [m for m in methods if m not in METHODS]
     if unknown or not methods:
@@ -733,18 +847,19 @@ def main(argv=None) -> int:
         rounds_at = [float(b) for b in args.rounds_at.split(",")] if args.rounds_at else None
         if args.fresh_process and not args.child:
             child_argv = [a for a in (argv if argv is not None else sys.argv[1:])]
-            child_argv = _strip_options(child_argv, ("--models", "--budgets", "--out"),
-                                        ("--json", "--fresh-process", "--quick"))  # fmt: skip
+            child_argv = _strip_options(
+                child_argv, ("--models", "--budgets", "--out", "--profiles"),
+                ("--json", "--fresh-process", "--quick"))  # fmt: skip
             child_argv += ["--repeats", str(args.repeats)]
             if args.rounds_at:
                 child_argv += ["--rounds-at", args.rounds_at]
-            res = _fresh_process_runs(spec, budgets, child_argv, out, log)
+            res = _fresh_process_runs(spec, budgets, child_argv, out, log, args.profiles)
         else:
             res = bench_model(
                 name, int(batch), budgets, args.repeats, not args.no_mincut, log,
                 rounds=max(args.rounds, 1), rounds_at=rounds_at, methods=methods,
                 rows_path=out / f"rows_{name}.jsonl", tune=args.autotune,
-                ckpt_all=not args.no_ckpt_all, aa=args.aa,
+                ckpt_all=not args.no_ckpt_all, aa=args.aa, profile_index=args.profile_index,
             )  # fmt: skip
         res["png"] = str(plot(res, out))
         log(f"  plot: {res['png']}")

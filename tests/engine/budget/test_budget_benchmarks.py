@@ -68,6 +68,19 @@ def test_budget_overhead_benchmark_quick(capsys, tmp_path):
         assert min(mc["round_vs_free"]) <= mc["vs_free"] <= max(mc["round_vs_free"])
     # a budget below 1.0 never makes the min-cut partitioner save more than at 1.0
     assert rows[(0.4, "mincut-free")]["measured_peak"] >= rows[(0.4, "mincut")]["measured_peak"]
+    # the planners are paired with min-cut in the same rounds
+    for method in ("recompute", "hybrid"):
+        r = rows[(0.4, method)]
+        if not r.get("feasible"):
+            continue
+        assert len(r["round_vs_mincut"]) == 2 and r["vs_mincut"]["rounds"] == 2
+        assert r["vs_mincut"]["min"] == min(r["round_vs_mincut"])
+        assert r["steps_vs_mincut"]["rounds"] == 2  # --quick: 1 repeat per round
+    # what min-cut's forward saves for its backward: bytes per op, largest first
+    saved = rows[(0.4, "mincut")]["saved_for_backward"]
+    sizes = [b for _, b in saved.values()]
+    assert sizes and sizes == sorted(sizes, reverse=True) and all(n >= 1 for n, _ in saved.values())
+    assert sum(rows[(0.4, "mincut")]["backward_ops"].values()) > 0
 
 
 def test_budget_overhead_rounds_at(capsys, tmp_path):
@@ -106,6 +119,25 @@ def test_budget_overhead_fresh_process_per_budget(capsys, tmp_path):
     # the children appended their rows as they measured them
     lines = (tmp_path / "rows_ds-cnn.jsonl").read_text().splitlines()
     assert [json.loads(x)["budget"] for x in lines] == [0.9, 0.7]
+
+
+def test_budget_overhead_profiles_repeat_budgets_in_fresh_processes(capsys, tmp_path):
+    """``--profiles K`` measures every budget K times, each in its own child (own profile),
+    tags the rows with their profile and summarises the ratios over profiles."""
+    mod = _load("budget_overhead")
+    argv = ["--quick", "--json", "--out", str(tmp_path), "--no-mincut", "--methods", "recompute"]
+    assert mod.main([*argv, "--budgets", "0.9", "--profiles", "2", "--no-ckpt-all"]) == 0
+    (model,) = json.loads(capsys.readouterr().out)
+    rows = [r for r in model["rows"] if r["method"] == "recompute"]
+    assert [(r["budget"], r["profile"]) for r in rows] == [(0.9, 0), (0.9, 1)]
+    assert len(model["child_peak_rss_bytes"]) == 2
+    (summ,) = model["by_profile"]
+    assert (summ["budget"], summ["method"], summ["profiles"]) == (0.9, "recompute", [0, 1])
+    assert summ["ratios"] == [r["ratio"] for r in rows]
+    assert summ["median_ratio"] == pytest.approx(sum(summ["ratios"]) / 2)
+    assert summ["peak_over_budget"] == [r["peak_over_budget"] for r in rows]
+    with pytest.raises(ConfigError, match="--profiles 0"):
+        mod.main([*argv, "--profiles", "0"])
 
 
 def test_strip_options_drops_values_and_flags():
