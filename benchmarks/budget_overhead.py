@@ -55,6 +55,13 @@ ratio to it (``vs_mincut``, same rounds), and the min-cut rows what its forward 
 for the backward (``saved_for_backward``) and what its backward runs (``backward_ops``).
 ``--autotune`` adds ``hybrid-tuned``: hybrid's candidate plans timed before each
 budget's measurement, the fastest measured with the others (``tune_s``: tuning time).
+
+The accountant's peak is a lower bound for the compiled entries (what their backward
+recomputes are graph locals), so every entry also gets its step's peak over *every*
+allocation (``alloc_peak_bytes``: :func:`step_alloc_peak`, one extra untimed step).
+``--mincut-matched`` adds ``mincut-matched``: min-cut at the ``activation_memory_budget``
+whose all-allocation peak meets the budget (or hybrid's own, if higher), found by
+:func:`match_mincut`, and paired with the planners (``vs_mincut_matched``).
 """
 
 from __future__ import annotations
@@ -94,6 +101,8 @@ from edgetrain.engine.budget.stats import paired_summary
 from edgetrain.errors import BudgetError, ConfigError
 
 METHODS = ("recompute", "compress", "swap", "hybrid")
+#: the compiled min-cut entries (``mincut-matched`` only with ``--mincut-matched``)
+COMPILED = ("mincut", "mincut-free", "mincut-matched")
 
 
 def _timed_steps(model, inputs, loss_fn, repeats, wrap=None):
@@ -204,6 +213,163 @@ class _Compiled:
                 self.bw_ops[key] = self.bw_ops.get(key, 0) + 1
 
 
+def alloc_peak_bytes(fn) -> int:
+    """Peak of the running sum of *every* CPU allocation made while ``fn()`` runs (bytes).
+
+    The accountant counts autograd's saved tensors only; a compiled min-cut backward
+    recomputes activations as graph locals, which it never sees.  This counts what the
+    allocator hands out during the call -- saved and recomputed activations, gradients,
+    workspace, temporaries -- from the torch profiler's allocation events, in time order.
+    A free lowers the sum only when its block was allocated inside the call (matched by
+    pointer): blocks allocated before it (the previous step's gradients, the caller's
+    tensors) are not part of this step, and the profiler reports their frees in some
+    paths and not in others.  Memory already held when ``fn`` starts (parameters,
+    inputs) is not included.
+    """
+    from torch._C._profiler import _EventType
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        fn()
+    allocs: list[tuple[int, int, int]] = []
+    stack = list(prof.profiler.kineto_results.experimental_event_tree())
+    while stack:
+        n = stack.pop()
+        if n.tag == _EventType.Allocation:
+            allocs.append((n.start_time_ns, n.extra_fields.alloc_size, n.extra_fields.ptr))
+        stack.extend(n.children)
+    allocs.sort()
+    live: dict[int, int] = {}
+    cur = peak = 0
+    for _, size, ptr in allocs:
+        if size > 0:
+            live[ptr] = live.get(ptr, 0) + size
+            cur += size
+        elif ptr in live:
+            cur -= live.pop(ptr)
+        peak = max(peak, cur)
+    return peak
+
+
+def _run_entry(model, entry, inputs, loss_fn, acc) -> None:
+    """One forward + loss + backward of ``entry`` (as :func:`_interleaved` runs it, untimed).
+    ``entry``: :data:`BARE`, an :class:`ExecutionPlan`, an :class:`_Unaccounted` plan,
+    or any callable model (a :class:`_Compiled` runner, a checkpoint-wrapped model)."""
+    if entry is BARE:
+        loss_fn(model(*inputs)).backward()
+    elif isinstance(entry, _Unaccounted):
+        with PlanExecutor(model, entry.plan, accountant=acc, account=False) as ex:
+            ex.step(inputs, loss_fn)
+    elif callable(entry):
+        with acc.track():
+            loss_fn(entry(*inputs)).backward()
+    else:
+        with PlanExecutor(model, entry, accountant=acc) as ex:
+            ex.step(inputs, loss_fn)
+
+
+def step_alloc_peak(model, entry, inputs, loss_fn, seed=0) -> tuple[int, int]:
+    """(all-allocation peak, accountant peak) of one step of ``entry``: a warm-up step
+    (compilation, lazy buffers), then one step under :func:`alloc_peak_bytes`, each from
+    the same weights with the gradients set to None (so the gradients count).  Untimed;
+    the model's state is restored afterwards."""
+    state = copy.deepcopy(model.state_dict())
+
+    def reset():
+        model.load_state_dict(state)
+        model.zero_grad(set_to_none=True)
+
+    box: dict[str, int] = {}
+
+    def once():
+        torch.manual_seed(seed)
+        acc = MemoryAccountant(exclude=model_state_tensors(model))
+        _run_entry(model, entry, inputs, loss_fn, acc)
+        box["acc"] = acc.peak
+
+    reset()
+    once()
+    reset()
+    peak = alloc_peak_bytes(once)
+    reset()
+    return peak, box["acc"]
+
+
+def match_mincut(model, inputs, loss_fn, target_bytes: int, hi: float, steps: int = 3) -> dict:
+    """Min-cut's ``activation_memory_budget`` for an all-allocation step peak
+    (:func:`step_alloc_peak`) of at most ``target_bytes``: :func:`search_setting` over
+    real compiles of ``model`` (each try a fresh one, ``torch._dynamo.reset()`` first)."""
+
+    def peak_of(f: float) -> tuple[int, int]:
+        torch._dynamo.reset()
+        return step_alloc_peak(model, _Compiled(model, f), inputs, loss_fn)
+
+    out = search_setting(peak_of, target_bytes, hi, steps)
+    torch._dynamo.reset()
+    return out
+
+
+def search_setting(peak_of, target_bytes: int, hi: float, steps: int = 3) -> dict:
+    """The largest setting ``f`` in ``[0, hi]`` found with ``peak_of(f)[0] <= target_bytes``
+    (``peak_of`` returns (all-allocation peak, saved-tensor peak); for min-cut a larger
+    ``activation_memory_budget`` means less recomputation, so the largest fitting one is
+    the fastest), by bisection.
+
+    Tries ``hi`` (fits: done), then 0.0 (the most recomputation the partitioner allows);
+    if 0.0 does not fit either, ``hi / 2``, ``hi / 4``, ``3 hi / 4`` until one fits (the
+    peak need not fall monotonically with the setting: a backward that recomputes
+    everything holds much of it at once again).  If none of these fits, it refines around
+    the lowest peak found, ``steps`` times: the midpoints between it and its tried
+    neighbours.  Between the fitting ``lo`` found and the next tried setting above it
+    (which did not fit) it bisects ``steps`` times.  Settings are rounded to 4 decimals
+    and none is tried twice.  Returns ``chosen`` (the setting to run),
+    ``reached`` (whether any try fitted; if not, ``chosen`` is the try with the lowest
+    peak), and ``tried``: per try the setting, all-allocation and saved-tensor peaks.
+    """
+    tried: list[dict] = []
+
+    def fits(f: float) -> bool:
+        done = [t for t in tried if t["activation_memory_budget"] == f]
+        if done:
+            return done[0]["fits"]
+        alloc, saved = peak_of(f)
+        tried.append({"activation_memory_budget": f, "alloc_peak_bytes": alloc,
+                      "saved_peak_bytes": saved, "fits": alloc <= target_bytes})  # fmt: skip
+        return alloc <= target_bytes
+
+    lo = None
+    if fits(hi):
+        lo = hi
+    elif fits(0.0):
+        lo = 0.0
+    else:
+        lo = next((f for f in (hi / 2, hi / 4, 3 * hi / 4) if fits(round(f, 4))), None)
+        lo = None if lo is None else round(lo, 4)
+    for _ in range(0 if lo is not None else steps):
+        fs = sorted(t["activation_memory_budget"] for t in tried)
+        best = min(tried, key=lambda t: t["alloc_peak_bytes"])["activation_memory_budget"]
+        i = fs.index(best)
+        near = [fs[j] for j in (i - 1, i + 1) if 0 <= j < len(fs)]
+        lo = next((m for m in (round((best + f) / 2, 4) for f in near) if fits(m)), None)
+        if lo is not None:
+            break
+    if lo is not None:  # bisect upwards from it, to the next tried setting (did not fit)
+        hi = min((t["activation_memory_budget"] for t in tried
+                  if t["activation_memory_budget"] > lo), default=lo)  # fmt: skip
+    if lo is not None and lo < hi:
+        for _ in range(steps):
+            mid = round((lo + hi) / 2, 4)
+            if fits(mid):
+                lo = mid
+            else:
+                hi = mid
+    if lo is None:
+        best = min(tried, key=lambda t: t["alloc_peak_bytes"])
+        return {"chosen": best["activation_memory_budget"], "reached": False,
+                "target_bytes": target_bytes, "tried": tried}  # fmt: skip
+    return {"chosen": lo, "reached": True, "target_bytes": target_bytes, "tried": tried}
+
+
 #: entry for plain PyTorch training (:func:`_interleaved`): what a user runs without us
 BARE = "bare"
 
@@ -288,7 +454,7 @@ def _round_ratios(model, entries, inputs, loss_fn, repeats, rounds):
     round]}}, {entry: max peak over rounds}, {entry: recompiles in timed steps})."""
     ratios = {k: {"cpu": [], "thread": [], "wall": [], "vs_free": [], "vs_recompute": [],
                   "step_vs_none": [], "step_vs_recompute": [], "vs_mincut": [],
-                  "step_vs_mincut": []}
+                  "step_vs_mincut": [], "vs_mincut_matched": [], "step_vs_mincut_matched": []}
               for k in entries}  # fmt: skip
     peaks = dict.fromkeys(entries, 0)
     recompiles = dict.fromkeys(entries, 0)
@@ -302,7 +468,7 @@ def _round_ratios(model, entries, inputs, loss_fn, repeats, rounds):
             ratios[k]["cpu"].append(med[k]["times"] / med["none"]["times"])
             ratios[k]["thread"].append(med[k]["thread"] / med["none"]["thread"])
             ratios[k]["wall"].append(med[k]["wall"] / med["none"]["wall"])
-            if k == "mincut" and "mincut-free" in res:
+            if k in ("mincut", "mincut-matched") and "mincut-free" in res:
                 ratios[k]["vs_free"].append(med[k]["times"] / med["mincut-free"]["times"])
             # per repeat: step j of every entry ran within the same repeat (seconds apart)
             ratios[k]["step_vs_none"] += [a / b for a, b in zip(r["times"], res["none"]["times"],
@@ -319,6 +485,14 @@ def _round_ratios(model, entries, inputs, loss_fn, repeats, rounds):
                 ratios[k]["step_vs_mincut"] += [
                     a / b for a, b in zip(r["times"], res["mincut"]["times"], strict=True)
                 ]
+            if (k in METHODS or k == "hybrid-tuned") and "mincut-matched" in res:
+                # paired against min-cut at the setting matched to the same all-allocation memory
+                ratios[k]["vs_mincut_matched"].append(
+                    med[k]["times"] / med["mincut-matched"]["times"]
+                )
+                ratios[k]["step_vs_mincut_matched"] += [
+                    a / b for a, b in zip(r["times"], res["mincut-matched"]["times"], strict=True)
+                ]
             peaks[k] = max(peaks[k], r["peak"])
             recompiles[k] += r.get("recompiles", 0)
     return first, ratios, peaks, recompiles
@@ -326,7 +500,7 @@ def _round_ratios(model, entries, inputs, loss_fn, repeats, rounds):
 
 def bench_model(name, batch, budgets, repeats, mincut, log, rounds=1, rounds_at=None,
                 methods=METHODS, rows_path=None, tune=False, ckpt_all=True,
-                aa=False, profile_index=None):  # fmt: skip
+                aa=False, profile_index=None, mincut_matched=False, match_steps=3):  # fmt: skip
     """Measure every budget; ``rows_path`` (JSON lines) gets each budget's rows as soon as
     they are measured, so a run that dies later (e.g. out of memory) keeps them.
 
@@ -344,7 +518,18 @@ def bench_model(name, batch, budgets, repeats, mincut, log, rounds=1, rounds_at=
     tensors; the executor's fixed cost without the accountant).
 
     ``profile_index`` (set by ``--profiles``) tags every row with the index of the fresh
-    process (and so of the fresh profile) that measured it."""
+    process (and so of the fresh profile) that measured it.
+
+    After the timed rounds, one extra untimed step per entry (``none``, the planners,
+    the compiled entries) gives its all-allocation peak (:func:`step_alloc_peak`:
+    ``alloc_peak_bytes``, ``alloc_peak_over_budget``); ``ckpt-all`` gets one too.
+
+    ``mincut_matched`` (needs ``mincut``) adds ``mincut-matched``: min-cut at the
+    ``activation_memory_budget`` that :func:`match_mincut` finds for an all-allocation
+    peak at most the budget bytes -- or hybrid's own all-allocation peak when that is
+    higher (the gradients alone can exceed a saved-tensor budget), i.e. the same
+    measured memory -- timed with the others in the same rounds (``vs_mincut_matched``
+    on the planner rows, the search on its row as ``match``)."""
     model, inputs, loss_fn = zoo_task(name, batch, seed=0)
     t0 = time.perf_counter()
     codecs = {**codecs_for("hybrid"), **codecs_for("compress")}
@@ -381,10 +566,28 @@ def bench_model(name, batch, budgets, repeats, mincut, log, rounds=1, rounds_at=
                      "decisions": c.decision_counts()} for c in cands
                 ]  # fmt: skip
         compiled_error = None
+        alloc: dict[str, tuple[int, int]] = {}
+        match = None
         if mincut:
             torch._dynamo.reset()  # drop the previous budget's graphs (cache size limit)
+            if mincut_matched:
+                t_match = time.perf_counter()
+                target, basis = budget, "budget"
+                if "hybrid" in entries:
+                    alloc["hybrid"] = step_alloc_peak(model, entries["hybrid"], inputs, loss_fn)
+                    if alloc["hybrid"][0] > budget:
+                        target, basis = alloc["hybrid"][0], "hybrid all-allocation peak"
+                match = match_mincut(model, inputs, loss_fn, target, frac, match_steps)
+                match.update(target=basis, search_s=time.perf_counter() - t_match)
+                log(f"  {frac:4.2f} mincut-matched search ({match['search_s']:.0f}s, target "
+                    f"{target:,} = {basis}): " + ", ".join(
+                        f"{t['activation_memory_budget']:g}->{t['alloc_peak_bytes']:,}"
+                        for t in match["tried"]) + f"; chosen {match['chosen']:g}"
+                    + ("" if match["reached"] else " (NOT reached: lowest peak)"))  # fmt: skip
             entries["mincut"] = _Compiled(model, frac)
             entries["mincut-free"] = _Compiled(model, 1.0)
+            if match is not None:
+                entries["mincut-matched"] = _Compiled(model, match["chosen"])
         n_rounds = rounds if rounds_at is None or frac in rounds_at else 1
         try:
             res, ratios, peaks, recompiles = _round_ratios(
@@ -394,16 +597,22 @@ def bench_model(name, batch, budgets, repeats, mincut, log, rounds=1, rounds_at=
             if not mincut:
                 raise
             compiled_error = f"{type(exc).__name__}: {str(exc)[:200]}"
-            entries.pop("mincut"), entries.pop("mincut-free")
+            for k in COMPILED:
+                entries.pop(k, None)
             res, ratios, peaks, recompiles = _round_ratios(
                 model, entries, inputs, loss_fn, repeats, n_rounds
             )
-        for m in (*names, "mincut", "mincut-free") if mincut else names:
+        # one extra untimed step per entry: its peak over every allocation (not in the ratios)
+        for m in ("none", *names, *COMPILED):
+            if m in entries and m not in alloc and m not in ("aa", "bare", "none-fast"):
+                alloc[m] = step_alloc_peak(model, entries[m], inputs, loss_fn)
+        compiled = [m for m in COMPILED if mincut and (m != "mincut-matched" or mincut_matched)]
+        for m in (*names, *compiled):
             row = {"model": name, "batch": batch, "budget": frac, "budget_bytes": budget,
                    "method": m}  # fmt: skip
             if profile_index is not None:
                 row["profile"] = profile_index
-            if m in ("mincut", "mincut-free") and compiled_error:
+            if m in COMPILED and compiled_error:
                 row.update(feasible=False, error=compiled_error)
             elif m not in entries:
                 row.update(feasible=False, min_feasible_bytes=mins[m],
@@ -427,6 +636,11 @@ def bench_model(name, batch, budgets, repeats, mincut, log, rounds=1, rounds_at=
                     # the same, paired per repeat (rounds x repeats samples)
                     steps_vs_none=paired_summary(rr["step_vs_none"]).to_json(),
                 )
+                if m in alloc:
+                    row.update(alloc_peak_bytes=alloc[m][0],
+                               alloc_peak_over_budget=alloc[m][0] / budget,
+                               alloc_step_saved_peak=alloc[m][1],
+                               none_alloc_peak_bytes=alloc["none"][0])  # fmt: skip
                 if rr["vs_recompute"]:
                     row.update(vs_recompute=paired_summary(rr["vs_recompute"]).to_json(),
                                round_vs_recompute=rr["vs_recompute"],
@@ -443,7 +657,12 @@ def bench_model(name, batch, budgets, repeats, mincut, log, rounds=1, rounds_at=
                                round_vs_mincut=rr["vs_mincut"],
                                steps_vs_mincut=paired_summary(
                                    rr["step_vs_mincut"]).to_json())  # fmt: skip
-                if m in ("mincut", "mincut-free"):
+                if rr["vs_mincut_matched"]:
+                    row.update(vs_mincut_matched=paired_summary(rr["vs_mincut_matched"]).to_json(),
+                               round_vs_mincut_matched=rr["vs_mincut_matched"],
+                               steps_vs_mincut_matched=paired_summary(
+                                   rr["step_vs_mincut_matched"]).to_json())  # fmt: skip
+                if m in COMPILED:
                     row.update(
                         activation_memory_budget=entries[m].frac,
                         compiles=entries[m].compiles,
@@ -455,6 +674,8 @@ def bench_model(name, batch, budgets, repeats, mincut, log, rounds=1, rounds_at=
                         backward_ops=dict(sorted(
                             entries[m].bw_ops.items(), key=lambda kv: -kv[1])),
                     )  # fmt: skip
+                    if m == "mincut-matched":
+                        row["match"] = match
                     if rr["vs_free"]:
                         row.update(vs_free=statistics.median(rr["vs_free"]),
                                    round_vs_free=rr["vs_free"])  # fmt: skip
@@ -508,9 +729,12 @@ def bench_model(name, batch, budgets, repeats, mincut, log, rounds=1, rounds_at=
         none_t, _, none_g = _timed_steps(model, inputs, loss_fn, repeats)
         t, peak, grads = _timed_steps(model, inputs, loss_fn, repeats, wrap)
         unwrap(model)
+        ck_alloc, _ = step_alloc_peak(model, wrap(model), inputs, loss_fn)  # untimed
+        unwrap(model)
         row = {"model": name, "batch": batch, "budget": None, "method": "ckpt-all",
                "feasible": True, "ratio": t / none_t, "measured_peak": peak,
-               "measured_peak_frac": peak / unplanned,
+               "measured_peak_frac": peak / unplanned, "alloc_peak_bytes": ck_alloc,
+               "alloc_peak_frac": ck_alloc / unplanned,
                "grad_err": max_grad_diff(grads, none_g)}  # fmt: skip
         rows.append(row)
         log("  ckpt-all (every block): " + _brief(row))
@@ -680,6 +904,16 @@ def _brief(row):
     if "vs_mincut" in row:
         v = row["vs_mincut"]
         s += f" vs_mincut={v['median']:.3f} [{v['lo']:.3f},{v['hi']:.3f}] {v['verdict']}"
+    if "vs_mincut_matched" in row:
+        v = row["vs_mincut_matched"]
+        s += (f" vs_mincut_matched={v['median']:.3f} [{v['lo']:.3f},{v['hi']:.3f}]"
+              f" {v['verdict']}")  # fmt: skip
+    if row.get("alloc_peak_over_budget") is not None:
+        s += f" alloc={row['alloc_peak_bytes']:,} ({row['alloc_peak_over_budget']:.3f})"
+    elif row.get("alloc_peak_bytes") is not None:
+        s += f" alloc={row['alloc_peak_bytes']:,} ({row['alloc_peak_frac']:.3f} of unplanned)"
+    if "match" in row:
+        s += f" amb={row['match']['chosen']:g} reached={row['match']['reached']}"
     if "vs_recompute" in row:
         v = row["vs_recompute"]
         s += f" vs_recompute={v['median']:.3f} [{v['lo']:.3f},{v['hi']:.3f}] {v['verdict']}"
@@ -700,7 +934,7 @@ def plot(result, out: Path):
 
     fig, ax = plt.subplots(figsize=(6, 4))
     rows = result["rows"]
-    for m in (*METHODS, "hybrid-tuned", "mincut", "mincut-free"):
+    for m in (*METHODS, "hybrid-tuned", *COMPILED):
         by_budget: dict[float, list[float]] = {}  # several with --profiles: their median
         for r in rows:
             if r["method"] == m and r.get("feasible"):
@@ -748,6 +982,19 @@ def main(argv=None) -> int:
     ap.add_argument("--budgets", default=None, help="default 0.9,0.8,0.7,0.6,0.5,0.4,0.3,0.25,0.2")
     ap.add_argument("--repeats", type=int, default=None, help="timed steps per entry (default 3)")
     ap.add_argument("--no-mincut", action="store_true", help="skip mincut and mincut-free")
+    ap.add_argument(
+        "--mincut-matched",
+        action="store_true",
+        help="add mincut-matched: min-cut at the activation_memory_budget whose step peaks, "
+        "over every allocation, at no more than the budget (or hybrid's own all-allocation "
+        "peak if higher), found by bisection (each try a recompile)",
+    )
+    ap.add_argument(
+        "--match-steps",
+        type=int,
+        default=3,
+        help="bisection / refinement steps of the --mincut-matched search (default 3)",
+    )
     ap.add_argument(
         "--methods",
         default=",".join(METHODS),
@@ -830,6 +1077,8 @@ def main(argv=None) -> int:
         raise ConfigError(f"--profiles {args.profiles}: expected a count >= 1")
     if args.profiles > 1:
         args.fresh_process = True
+    if args.mincut_matched and args.no_mincut:
+        raise ConfigError("--mincut-matched needs the min-cut entries: drop --no-mincut")
     methods = tuple(m.strip() for m in args.methods.split(",") if m.strip())
     unknown = [m for m in methods if m not in METHODS]
     if unknown or not methods:
@@ -860,6 +1109,7 @@ def main(argv=None) -> int:
                 rounds=max(args.rounds, 1), rounds_at=rounds_at, methods=methods,
                 rows_path=out / f"rows_{name}.jsonl", tune=args.autotune,
                 ckpt_all=not args.no_ckpt_all, aa=args.aa, profile_index=args.profile_index,
+                mincut_matched=args.mincut_matched, match_steps=args.match_steps,
             )  # fmt: skip
         res["png"] = str(plot(res, out))
         log(f"  plot: {res['png']}")

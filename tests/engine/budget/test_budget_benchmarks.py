@@ -7,6 +7,8 @@ import json
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from edgetrain.errors import ConfigError
 
@@ -81,6 +83,116 @@ def test_budget_overhead_benchmark_quick(capsys, tmp_path):
     sizes = [b for _, b in saved.values()]
     assert sizes and sizes == sorted(sizes, reverse=True) and all(n >= 1 for n, _ in saved.values())
     assert sum(rows[(0.4, "mincut")]["backward_ops"].values()) > 0
+    # every allocation of one untimed step: at least what its saved tensors held
+    budget = rows[(0.4, "hybrid")]["budget_bytes"]
+    for m in ("recompute", "hybrid", "mincut", "mincut-free"):
+        r = rows[(0.4, m)]
+        if not r["feasible"]:  # recompute: below its minimum budget here
+            assert "alloc_peak_bytes" not in r
+            continue
+        assert r["alloc_peak_bytes"] >= r["alloc_step_saved_peak"] > 0, m
+        assert r["alloc_peak_over_budget"] == pytest.approx(r["alloc_peak_bytes"] / budget)
+    assert rows[(None, "ckpt-all")]["alloc_peak_bytes"] > rows[(None, "ckpt-all")]["measured_peak"]
+
+
+def test_budget_overhead_mincut_matched(capsys, tmp_path):
+    """``--mincut-matched`` searches min-cut's setting for the same all-allocation memory
+    and times it paired with the planners (the search itself: ``search_setting`` tests)."""
+    mod = _load("budget_overhead")
+    argv = ["--quick", "--json", "--out", str(tmp_path), "--methods", "hybrid", "--no-ckpt-all"]
+    assert mod.main([*argv, "--budgets", "0.9", "--rounds", "1", "--mincut-matched"]) == 0
+    (model,) = json.loads(capsys.readouterr().out)
+    rows = {(r["budget"], r["method"]): r for r in model["rows"]}
+    assert set(rows) == {(0.9, m) for m in ("hybrid", "mincut", "mincut-free", "mincut-matched")}
+    budget = rows[(0.9, "hybrid")]["budget_bytes"]
+    for r in rows.values():
+        assert r["alloc_peak_bytes"] >= r["alloc_step_saved_peak"] > 0
+    # the matched min-cut: the search's target is the budget, or hybrid's own
+    # all-allocation peak where that is higher; the chosen setting is the largest that fits
+    # (or, if none fits, the one with the lowest peak), and its re-measured peak is the same
+    mm, hyb = rows[(0.9, "mincut-matched")], rows[(0.9, "hybrid")]
+    match = mm["match"]
+    assert match["target_bytes"] == max(budget, hyb["alloc_peak_bytes"])
+    tried = {t["activation_memory_budget"]: t for t in match["tried"]}
+    assert tried[0.9]["alloc_peak_bytes"] == rows[(0.9, "mincut")]["alloc_peak_bytes"]
+    assert all(
+        t["fits"] == (t["alloc_peak_bytes"] <= match["target_bytes"]) for t in tried.values()
+    )
+    chosen = tried[match["chosen"]]
+    assert mm["activation_memory_budget"] == match["chosen"]
+    assert mm["alloc_peak_bytes"] == chosen["alloc_peak_bytes"]
+    if match["reached"]:
+        assert match["chosen"] == max(f for f, t in tried.items() if t["fits"])
+    else:
+        assert chosen["alloc_peak_bytes"] == min(t["alloc_peak_bytes"] for t in tried.values())
+    assert mm["recompiles"] == 0 and mm["grad_err"] < 1e-4
+    v = hyb["vs_mincut_matched"]
+    assert v["rounds"] == 1 and v["min"] == min(hyb["round_vs_mincut_matched"])
+
+
+def test_alloc_peak_bytes_counts_every_allocation_and_frees_within_the_call():
+    mod = _load("budget_overhead")
+    import torch
+
+    held = torch.ones(4_000_000)  # allocated before the call: neither counted nor freed
+
+    def fn():
+        a = torch.ones(1_000_000)  # 4 MB
+        b = torch.ones(500_000)  # 2 MB: running sum 6 MB, the peak
+        del a
+        c = torch.ones(250_000)  # 1 MB after 4 MB came back: 3 MB
+        del b, c
+        held.mul_(2)  # in place: no allocation
+
+    assert mod.alloc_peak_bytes(fn) == 6_000_000
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    a=st.integers(0, 1000),
+    b=st.integers(1, 1000),
+    target=st.integers(0, 2000),
+    hi=st.sampled_from([0.25, 0.5, 0.9]),
+    steps=st.integers(1, 4),
+)
+def test_search_setting_on_a_rising_peak(a, b, target, hi, steps):
+    """Peak rising with the setting (less recomputation, more held): the search returns
+    a fitting setting within hi / 2**steps of the largest one that fits, or says that
+    none fits and returns the lowest peak it tried."""
+    search = _load("budget_overhead").search_setting
+    out = search(lambda f: (a + b * f, 0), target, hi, steps)
+    peaks = {t["activation_memory_budget"]: t["alloc_peak_bytes"] for t in out["tried"]}
+    assert len(peaks) == len(out["tried"])  # no setting tried twice
+    assert all(t["fits"] == (t["alloc_peak_bytes"] <= target) for t in out["tried"])
+    if a > target:  # not even the most recomputation fits
+        assert not out["reached"]
+        assert peaks[out["chosen"]] == min(peaks.values()) == a
+        return
+    assert out["reached"] and peaks[out["chosen"]] <= target
+    best = min(hi, (target - a) / b)  # the largest fitting setting
+    assert out["chosen"] <= best + 1e-9
+    assert best - out["chosen"] <= hi / 2**steps + 1e-3
+
+
+def test_search_setting_on_a_u_shaped_peak():
+    """A backward that recomputes everything holds it all again: the peak falls, then
+    rises with the setting.  The search still finds the fitting band, or the lowest peak."""
+    search = _load("budget_overhead").search_setting
+
+    def peak(f):  # lowest (100) at 0.04
+        return int(100 + 1e5 * (f - 0.04) ** 2), 0
+
+    out = search(peak, 105, 0.25, 3)  # fits for |f - 0.04| <= 0.0071
+    assert out["reached"] and peak(out["chosen"])[0] <= 105
+    out = search(peak, 99, 0.25, 3)  # nothing fits: the lowest try, refined near 0.04
+    assert not out["reached"]
+    assert abs(out["chosen"] - 0.04) < 0.02 and out["chosen"] > 0.0
+
+
+def test_budget_overhead_mincut_matched_needs_mincut(tmp_path):
+    mod = _load("budget_overhead")
+    with pytest.raises(ConfigError, match="--mincut-matched needs the min-cut entries"):
+        mod.main(["--quick", "--out", str(tmp_path), "--no-mincut", "--mincut-matched"])
 
 
 def test_budget_overhead_rounds_at(capsys, tmp_path):
