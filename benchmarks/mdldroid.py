@@ -48,6 +48,7 @@ from edgetrain import data, devices, models
 from edgetrain.decentralized.aggregation import CentralSGD, ChainSGD
 from edgetrain.decentralized.chain_scheduler import ChainScheduler
 from edgetrain.decentralized.costs import (
+    BROADCASTS,
     BUSY_S,
     ENERGY_PARTS,
     REDUCE_PARTS,
@@ -71,6 +72,7 @@ from edgetrain.decentralized.schedulers import (
     RingScheduler,
     TreeScheduler,
 )
+from edgetrain.decentralized.tiebreak import TIE_BREAKS
 from edgetrain.decentralized.trainer import (
     ChainConfig,
     build_fleet,
@@ -294,7 +296,12 @@ def numerics_section(ds, ns, epochs: int, seeds: list[int]) -> None:
 
 # -- 2./3. scheduling on the simulated clock -----------------------------------------------
 class Clock:
-    """LeNet on the watch data over the MDLdroid phones: what the clock needs per N."""
+    """LeNet on the watch data over the MDLdroid phones: what the clock needs per N.
+
+    ``broadcast`` (class-wide, ``--broadcast``): the forwarder rule of every scheduler's
+    broadcast (costs.BROADCASTS), the same for Chain, Tree and Ring."""
+
+    broadcast = "resource"
 
     def __init__(self, ds, link: str = "bluetooth") -> None:
         model = models.build(
@@ -314,9 +321,22 @@ class Clock:
         train_s = {d: flops[d] / prof[d].compute_flops for d in range(n)}
         return prof, flops, train_s
 
+    def evaluator(self, prof, flops):
+        """The Chain scheduler's cost model for eq. 7's tie-break: this clock."""
+        return lambda sched, st: self.run(sched, st, prof, flops)
+
     def run(self, sched, st, prof, flops, busy_s: float = BUSY_S):
         return simulate_iteration(
-            sched, st, prof, flops, self.n_params, self.model_bytes, "chain", self.link, busy_s
+            sched,
+            st,
+            prof,
+            flops,
+            self.n_params,
+            self.model_bytes,
+            "chain",
+            self.link,
+            busy_s,
+            broadcast=self.broadcast,
         )
 
 
@@ -329,11 +349,13 @@ def scheduler_section(
     seed: int,
     dqn_seed: int | None = None,
     verbose: bool = True,
+    tie_break: str = "eq4",
 ) -> dict:
     """Chain vs Tree vs Ring on ``reps`` random allocations per N (drawn from ``seed + N``,
     so every DQN seed sees the same allocations); the Chain scheduler's DQN is seeded
     with ``dqn_seed`` (default ``seed``). Prints the tables when ``verbose``; returns the
-    per-N figures the multi-seed summary needs (``{n: {...}}`` plus ``"pooled"``)."""
+    per-N figures the multi-seed summary needs (``{n: {...}}`` plus ``"pooled"``).
+    ``tie_break``: how the Chain scheduler breaks eq. 7's ties (``eq4`` or ``none``)."""
     dqn_seed = seed if dqn_seed is None else dqn_seed
     summary: dict = {}
     clock = Clock(ds)
@@ -351,6 +373,8 @@ def scheduler_section(
                 first_episodes=first,
                 relearn_episodes=relearn,
                 busy_delay=BUSY_S / c,
+                tie_break=tie_break,
+                evaluate=clock.evaluator(prof, flops),
             ),
             "tree": TreeScheduler(),
             "ring": RingScheduler(),
@@ -587,7 +611,14 @@ def _spread(v: list[float]) -> str:
 
 
 def dqn_seeds_section(
-    ds, ns, reps: int, first: int, relearn: int, seed: int, dqn_seeds: list[int]
+    ds,
+    ns,
+    reps: int,
+    first: int,
+    relearn: int,
+    seed: int,
+    dqn_seeds: list[int],
+    tie_break: str = "eq4",
 ) -> None:
     """The Chain vs Tree / Ring comparison repeated with several DQN seeds on the *same*
     allocations: how much of each percentage is the DQN's run-to-run spread. The full
@@ -595,7 +626,11 @@ def dqn_seeds_section(
     runs = []
     for i, ds_seed in enumerate(dqn_seeds):
         t = time.time()
-        runs.append(scheduler_section(ds, ns, reps, first, relearn, seed, ds_seed, verbose=i == 0))
+        runs.append(
+            scheduler_section(
+                ds, ns, reps, first, relearn, seed, ds_seed, i == 0, tie_break=tie_break
+            )
+        )
         print(f"(DQN seed {ds_seed}: {time.time() - t:.0f} s wall)", flush=True)
     keys = (
         ("f_ct", "f Chain<Tree %"),
@@ -626,7 +661,8 @@ def dqn_seeds_section(
         for s, r in zip(dqn_seeds, runs, strict=True)
     ]
     table(
-        f"Chain vs Tree / Ring over DQN seeds {dqn_seeds} (same {reps} ≤50%-busy "
+        f"Chain vs Tree / Ring over DQN seeds {dqn_seeds} (Chain tie-break {tie_break}; "
+        f"same {reps} ≤50%-busy "
         "allocations per N for every seed): median [min, max] over the seeds of eq. 5's "
         "latency f reduction and the energy-variance (eq. 6) reduction [Fig. 10]; "
         "fallbacks per seed; 'mean of N' = per seed the mean of the per-N %",
@@ -944,7 +980,9 @@ def speedup_section(ds, ns, seed: int) -> None:
 
 
 # -- 6. trade-off ------------------------------------------------------------------------
-def tradeoff_section(ds, n: int, configs, seed: int, first: int, relearn: int) -> None:
+def tradeoff_section(
+    ds, n: int, configs, seed: int, first: int, relearn: int, tie_break: str = "eq4"
+) -> None:
     rows = []
     for aggs, epochs in configs:
         cfg = ChainConfig(
@@ -955,6 +993,7 @@ def tradeoff_section(ds, n: int, configs, seed: int, first: int, relearn: int) -
             seed=seed,
             first_episodes=first,
             relearn_episodes=relearn,
+            tie_break=tie_break,
         )
         r = run_chain(cfg, dataset=ds)
         fleet = build_fleet(cfg, ds)
@@ -998,7 +1037,14 @@ def tradeoff_section(ds, n: int, configs, seed: int, first: int, relearn: int) -
 
 # -- 8. energy variance against every schedule --------------------------------------------
 def evar_section(
-    ds, ns, reps: int, first: int, relearn: int, seed: int, dqn_seeds: list[int]
+    ds,
+    ns,
+    reps: int,
+    first: int,
+    relearn: int,
+    seed: int,
+    dqn_seeds: list[int],
+    tie_break: str = "eq4",
 ) -> None:
     """Eq. 6 at small N, where every valid schedule can be enumerated: is the DQN short of
     the least variance because it misses eq. 7's best return (learning), because eq. 7's
@@ -1015,7 +1061,13 @@ def evar_section(
         every = list(all_schedules(range(n)))
         for dseed in dqn_seeds:
             chain = ChainScheduler(
-                n, seed=dseed, first_episodes=first, relearn_episodes=relearn, busy_delay=BUSY_S / c
+                n,
+                seed=dseed,
+                first_episodes=first,
+                relearn_episodes=relearn,
+                busy_delay=BUSY_S / c,
+                tie_break=tie_break,
+                evaluate=clock.evaluator(prof, flops),
             )
             rng = np.random.default_rng(seed + n)
             acc = {k: [] for k in ("chain", "tree", "ring", "min", "minf", "cred", "tred")}
@@ -1090,7 +1142,8 @@ def evar_section(
                 for (k, role), v in parts.items():
                     part_rows.append([n, k, role] + [float(x) for x in v] + [float(v.sum())])
     table(
-        f"Energy variance (eq. 6, J²) against every valid schedule, {reps} ≤50%-busy "
+        f"Energy variance (eq. 6, J²) against every valid schedule, Chain tie-break {tie_break}, "
+        f"{reps} ≤50%-busy "
         "allocations per N (the sched section's), mean over the allocations [Fig. 10b]. "
         "Min = least variance of any schedule per allocation; Min|f = least among the "
         "latency-optimal ones; at min = allocations where Chain / Tree / Ring reach Min; "
@@ -1167,7 +1220,24 @@ def main(argv: list[str] | None = None) -> None:
         "--evar-ns", default="3,4", help="comma list of N for the evar section (N <= 5)"
     )
     ap.add_argument("--tradeoff-epochs", type=int, default=10, help="E of the 1-E, 2-E rows")
+    ap.add_argument(
+        "--tie-break",
+        default="eq4",
+        choices=TIE_BREAKS,
+        help="Chain scheduler's tie-break among eq. 7's equal returns (sched, evar, "
+        "tradeoff): eq4 = relabel alike devices "
+        "toward eq. 4's time + eq. 6 variance, none = the DQN's schedule as is (rounds 1-8)",
+    )
+    ap.add_argument(
+        "--broadcast",
+        default="resource",
+        choices=BROADCASTS,
+        help="forwarders of every scheduler's broadcast on the simulated clock: resource "
+        "(§3.2.3's resource-sorted list) or energy (least energy spent this iteration first)",
+    )
     args = ap.parse_args(argv)
+    Clock.broadcast = args.broadcast
+    print(f"(Chain tie-break: {args.tie_break}; broadcast: {args.broadcast})")
     sections = [s.strip() for s in args.sections.split(",") if s.strip()]
     bad = [s for s in sections if s not in SECTIONS]
     if bad:
@@ -1183,7 +1253,7 @@ def main(argv: list[str] | None = None) -> None:
             "acc": lambda: accuracy_section(ds, [3], 1, [args.seed]),
             "numerics": lambda: numerics_section(ds, [3], 1, [args.seed]),
             "sched": lambda: dqn_seeds_section(
-                ds, [4], 3, 20, 5, args.seed, [args.seed, args.seed + 1]
+                ds, [4], 3, 20, 5, args.seed, [args.seed, args.seed + 1], args.tie_break
             ),
             "sweep": lambda: sweep_section(ds, [3, 4], 5, [2.0], args.seed),
             "threshold": lambda: threshold_section([3, 4], 50, 2.0, args.seed),
@@ -1191,8 +1261,10 @@ def main(argv: list[str] | None = None) -> None:
                 [3], 1, 20, 2.0, args.seed, strategies=("tdge", "tdge-greedy", "dge")
             ),
             "speedup": lambda: speedup_section(ds, [2], args.seed),
-            "tradeoff": lambda: tradeoff_section(ds, 2, [(1, 1), (2, 1)], args.seed, 20, 5),
-            "evar": lambda: evar_section(ds, [3], 4, 20, 5, args.seed, [args.seed]),
+            "tradeoff": lambda: tradeoff_section(
+                ds, 2, [(1, 1), (2, 1)], args.seed, 20, 5, args.tie_break
+            ),
+            "evar": lambda: evar_section(ds, [3], 4, 20, 5, args.seed, [args.seed], args.tie_break),
         }
     else:
         ns = list(range(args.min_n, args.max_n + 1))
@@ -1210,7 +1282,15 @@ def main(argv: list[str] | None = None) -> None:
                 list(range(args.seed, args.seed + args.acc_seeds)),
             ),
             "sched": lambda: (
-                scheduler_section(ds, ns, args.reps, args.first, args.relearn, args.seed)
+                scheduler_section(
+                    ds,
+                    ns,
+                    args.reps,
+                    args.first,
+                    args.relearn,
+                    args.seed,
+                    tie_break=args.tie_break,
+                )
                 if args.dqn_seeds is None
                 else dqn_seeds_section(
                     ds,
@@ -1220,6 +1300,7 @@ def main(argv: list[str] | None = None) -> None:
                     args.relearn,
                     args.seed,
                     [int(x) for x in args.dqn_seeds.split(",")],
+                    args.tie_break,
                 )
             ),
             "sweep": lambda: sweep_section(
@@ -1244,6 +1325,7 @@ def main(argv: list[str] | None = None) -> None:
                 args.seed,
                 args.first,
                 args.relearn,
+                args.tie_break,
             ),
             "evar": lambda: evar_section(
                 ds,
@@ -1253,6 +1335,7 @@ def main(argv: list[str] | None = None) -> None:
                 args.relearn,
                 args.seed,
                 [int(x) for x in (args.dqn_seeds or str(args.seed)).split(",")],
+                args.tie_break,
             ),
         }
     for name in sections:

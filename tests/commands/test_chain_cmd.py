@@ -46,6 +46,8 @@ def test_chain_command_json_and_run_dir(tmp_path):
     assert out["run_dir"] == str(run)
     rec = json.loads((run / "metrics.jsonl").read_text().splitlines()[0])
     assert {"accuracy", "sim_time_s", "energy_j", "peak_model_copies", "schedule"} <= set(rec)
+    assert rec["dqn"]["tie_swaps"] in (0, 1)  # N = 2: at most one swap (who sends)
+    assert json.loads((run / "config.json").read_text())["tie_break"] == "eq4"
     assert (run / "report.html").exists()
 
 
@@ -76,3 +78,10 @@ def test_chain_command_rejects_bad_exploration(capsys):
     assert exc.value.code == 2
     err = capsys.readouterr().err
     assert "exploration 'boltzmann' is not one of" in err and "tdge-greedy" in err
+
+
+def test_chain_command_rejects_bad_tie_break(capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(["chain", "--tie-break", "coin", "--json"])
+    assert exc.value.code == 2
+    assert "tie_break 'coin' is not one of eq4, none" in capsys.readouterr().err

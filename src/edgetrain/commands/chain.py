@@ -41,6 +41,12 @@ def register(app: typer.Typer) -> None:
             "passes T(N), then decaying from ε_new), tdge-greedy (the same, T compared with a "
             "greedy evaluation episode's reward), tdge-a2 (Algorithm 2 literally), dge, tge.",
         ),
+        tie_break: str = typer.Option(
+            "eq4",
+            help="How the Chain scheduler breaks eq. 7's ties: eq4 (relabel devices eq. 7 "
+            "cannot tell apart toward eq. 4's time + eq. 6 energy variance, same eq. 7 "
+            "return) or none (the DQN's schedule as is).",
+        ),
         fault: list[str] = typer.Option(
             [], help="DEVICE@LOST[:REJOIN] iteration range a device is down, e.g. 2@1:3."
         ),
@@ -67,6 +73,7 @@ def register(app: typer.Typer) -> None:
             busy=busy,
             wire=wire,
             exploration=exploration,
+            tie_break=tie_break,
             faults=[Fault.parse(f) for f in fault],
             init_model=init_model,
         )

@@ -12,7 +12,7 @@ last, so they only receive.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from edgetrain.decentralized.resources import DeviceStatus
 from edgetrain.decentralized.schedule import Pair
@@ -46,6 +46,48 @@ def binomial_broadcast(root: int, statuses: Sequence[DeviceStatus]) -> list[list
             if not queue:
                 break
             rnd.append(Pair(h, queue.pop(0)))
+        holders += [p.receiver for p in rnd]
+        rounds.append(rnd)
+    return rounds
+
+
+def energy_aware_broadcast(
+    root: int,
+    statuses: Sequence[DeviceStatus],
+    spent: Mapping[int, float],
+    transfer_j: Callable[[int, int], tuple[float, float]],
+) -> list[list[Pair]]:
+    """The binomial tree of :func:`binomial_broadcast` with the forwarding list sorted by
+    what each device has spent in this iteration (an alternative reading of §3.2.3's
+    "resource condition"; not the default).
+
+    Each round the holders forward least-spent first and the receivers are taken
+    least-spent first (they forward in later rounds), free devices before busy ones,
+    the resource score breaking ties. ``spent`` is each device's energy so far (J, the
+    reduce's); ``transfer_j(src, dst)`` the (sender, receiver) energy one transfer adds.
+    Same ⌈log2 N⌉ rounds and N − 1 transfers as the resource-sorted tree."""
+    by_id = {s.device: s for s in statuses}
+    e = {d: float(spent.get(d, 0.0)) for d in by_id}
+
+    def key(d: int) -> tuple:
+        s = by_id.get(d, DeviceStatus(d))
+        return (s.busy, e.get(d, 0.0), tuple(-x for x in resource_score(s)[1:]))
+
+    holders = [root]
+    queue = [s.device for s in statuses if s.device != root]
+    rounds: list[list[Pair]] = []
+    while queue:
+        rnd = []
+        for h in sorted(holders, key=key):
+            if not queue:
+                break
+            r = min(queue, key=key)
+            queue.remove(r)
+            rnd.append(Pair(h, r))
+        for p in rnd:
+            tx_j, rx_j = transfer_j(p.sender, p.receiver)
+            e[p.sender] = e.get(p.sender, 0.0) + tx_j
+            e[p.receiver] = e.get(p.receiver, 0.0) + rx_j
         holders += [p.receiver for p in rnd]
         rounds.append(rnd)
     return rounds

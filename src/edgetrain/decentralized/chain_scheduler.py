@@ -7,6 +7,13 @@ If the slot ends before the agent converges (the third condition of Fig. 5b:
 scheduling is needed while re-learning is unfinished), the scheduler falls back
 to the best schedule seen so far for this condition (by episode return) rather
 than trusting a half-trained policy.
+
+Eq. 7's ties: schedules that relabel devices alike to eq. 7 (same busy flag) collect
+the same return but can differ 4x in eq. 6's energy variance (the broadcast after the
+reduce decides who transmits more). With ``tie_break="eq4"`` (default) and a cost
+model to simulate with (``evaluate``), the MA relabels the chosen schedule toward
+eq. 4's time + energy-variance objective without changing its eq. 7 return
+(:mod:`edgetrain.decentralized.tiebreak`); ``tie_break="none"`` keeps the DQN's pick.
 """
 
 from __future__ import annotations
@@ -19,6 +26,7 @@ from edgetrain.decentralized.env import GLOBAL, PER_DEVICE, ChainSchedulingEnv, 
 from edgetrain.decentralized.resources import DeviceStatus
 from edgetrain.decentralized.schedule import Schedule
 from edgetrain.decentralized.schedulers import Scheduler
+from edgetrain.decentralized.tiebreak import TIE_BREAKS, Evaluator, break_ties
 from edgetrain.errors import ConfigError
 
 
@@ -33,6 +41,10 @@ class SchedulerLog:
     greedy_return: float
     best_return: float
     learn: LearnResult | None = field(default=None, repr=False)
+    # eq. 7 tie-break: alike-device swaps applied, eq. 4's N(T) + N(E) before / after
+    tie_swaps: int = 0
+    eq4_before: float | None = None
+    eq4_after: float | None = None
 
 
 class ChainScheduler(Scheduler):
@@ -49,9 +61,17 @@ class ChainScheduler(Scheduler):
         first_episodes: int = 400,
         relearn_episodes: int = 80,
         busy_delay: float = 2.0,
+        tie_break: str = "eq4",
+        evaluate: Evaluator | None = None,
     ) -> None:
         if n_devices < 1:
             raise ConfigError(f"the chain scheduler needs at least 1 device, got {n_devices}")
+        if tie_break not in TIE_BREAKS:
+            raise ConfigError(f"tie_break {tie_break!r} is not one of {', '.join(TIE_BREAKS)}")
+        self.tie_break = tie_break
+        # the MA's cost model, (schedule, statuses) -> IterationCost; the trainer sets it
+        # each iteration (the training FLOPs change); without one ties stay the DQN's
+        self.evaluate = evaluate
         self.n = n_devices
         self.reward = reward
         self.cfg = dqn or DQNConfig()
@@ -100,6 +120,10 @@ class ChainScheduler(Scheduler):
             sched, fallback = best[1], True
         if best is None or g > best[0]:
             self._best[key] = (g, sched)
+        tb = None
+        if self.tie_break == "eq4" and self.evaluate is not None:
+            tb = break_ties(sched, [full[d] for d in sorted(present)], self.evaluate, env)
+            sched = tb.schedule
         self.log.append(
             SchedulerLog(
                 relearned=relearn,
@@ -109,6 +133,9 @@ class ChainScheduler(Scheduler):
                 greedy_return=g,
                 best_return=self._best[key][0],
                 learn=learn,
+                tie_swaps=tb.swaps if tb else 0,
+                eq4_before=tb.eq4_before if tb else None,
+                eq4_after=tb.eq4_after if tb else None,
             )
         )
         return sched

@@ -17,8 +17,10 @@ link rates and radio power). The model of one iteration:
    (bytes·8/bps) and the receiver then aggregates (4 FLOPs per parameter:
    two multiplies, an add and the division of eq. 3). For CentralSGD every
    delta goes to the master, whose radio receives them one after another.
-4. Broadcast: binomial tree (⌈log2 N⌉ rounds, §3.2.3) for chain/neighbor; the
-   master's sequential N-1 sends for central (FL's one-to-many).
+4. Broadcast: binomial tree (⌈log2 N⌉ rounds, §3.2.3) for chain/neighbor, forwarders
+   by resource condition (``broadcast="energy"``: by energy spent in this iteration,
+   an alternative measured in round 9); the master's sequential N-1 sends for
+   central (FL's one-to-many).
 
 Execution is dependency-driven, as in Algorithm 1 (a device sends as soon as it
 has finished and the MA has named its partner): a pair starts when both of its
@@ -50,7 +52,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from edgetrain.decentralized.broadcast import binomial_broadcast, sequential_broadcast
+from edgetrain.decentralized.broadcast import (
+    binomial_broadcast,
+    energy_aware_broadcast,
+    sequential_broadcast,
+)
 from edgetrain.decentralized.resources import DeviceStatus
 from edgetrain.decentralized.schedule import Schedule
 from edgetrain.devices import DeviceProfile, energy_j
@@ -60,6 +66,10 @@ from edgetrain.errors import ConfigError
 AGG_FLOPS_PER_PARAM = 4
 # Expected remaining length of a ~150 s phone interaction session (FedHybrid §4.4.2).
 BUSY_S = 75.0
+# Forwarder choice of the chain/neighbor broadcast: "resource" = §3.2.3's list sorted by
+# resource condition (default); "energy" = sorted by the energy spent in this iteration
+# (broadcast.energy_aware_broadcast), an alternative reading measured in round 9.
+BROADCASTS = ("resource", "energy")
 # The components of one device's energy in :attr:`IterationCost.energy_parts` (J).
 ENERGY_PARTS = ("train", "reduce_tx", "reduce_rx", "aggregate", "broadcast_tx", "broadcast_rx")
 # The reduce's parts: the energy the pair aggregations themselves cost.
@@ -144,12 +154,16 @@ def simulate_iteration(
     link: str = "bluetooth",
     busy_s: float | None = None,
     reduce_bytes: int | None = None,
+    broadcast: str = "resource",
 ) -> IterationCost:
     """Simulate one iteration's clock and energy for the devices in ``schedule``.
 
     ``model_bytes`` travel in every broadcast transfer; ``reduce_bytes`` (default
     ``model_bytes``) in every reduce transfer — more when the chain's partial
-    aggregates travel in float64 (``ChainConfig.wire``)."""
+    aggregates travel in float64 (``ChainConfig.wire``). ``broadcast``: how the
+    chain/neighbor broadcast picks its forwarders (:data:`BROADCASTS`)."""
+    if broadcast not in BROADCASTS:
+        raise ConfigError(f"unknown broadcast {broadcast!r}; choose {' or '.join(BROADCASTS)}")
     if aggregation not in ("chain", "neighbor", "central"):
         raise ConfigError(f"unknown aggregation {aggregation!r}; choose chain, neighbor or central")
     devs = list(schedule.devices)
@@ -213,11 +227,25 @@ def simulate_iteration(
     root = schedule.root
     reduce_end = avail[root]
     live_status = [st.get(d, DeviceStatus(d)) for d in devs]
-    rounds = (
-        sequential_broadcast(root, live_status)
-        if aggregation == "central"
-        else binomial_broadcast(root, live_status)
-    )
+    if aggregation == "central":
+        rounds = sequential_broadcast(root, live_status)
+    elif broadcast == "energy":
+
+        def spent_j(d: int) -> float:
+            tx_w, rx_w = profiles[d].link_power(link)
+            return (
+                tx_w * link_s[d][0] + rx_w * link_s[d][1] + profiles[d].power_compute_w * comp_s[d]
+            )
+
+        def transfer_j(src: int, dst: int) -> tuple[float, float]:
+            dt = link_time_s(profiles[src], profiles[dst], model_bytes, link)
+            return profiles[src].link_power(link)[0] * dt, profiles[dst].link_power(link)[1] * dt
+
+        rounds = energy_aware_broadcast(
+            root, live_status, {d: spent_j(d) for d in devs}, transfer_j
+        )
+    else:
+        rounds = binomial_broadcast(root, live_status)
     for rnd in rounds:
         for p in rnd:
             start = max(avail[p.sender], avail[p.receiver])

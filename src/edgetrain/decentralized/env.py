@@ -389,3 +389,15 @@ def best_return(env: ChainSchedulingEnv) -> tuple[float, Schedule]:
                 break
         t += 1
     return best, Schedule(tuple(live), tuple(pairs))
+
+
+def replay_return(env: ChainSchedulingEnv, schedule: Schedule) -> float:
+    """Eq. 7's return of ``schedule`` on ``env``'s current resources: the schedule's
+    pairs replayed as sender/receiver steps from a fresh ``reset``. The env is left at
+    the end of that episode."""
+    env.reset()
+    total = 0.0
+    for p in schedule.pairs:
+        for a in (p.sender, p.receiver):
+            total += env.step(a)[1]
+    return total

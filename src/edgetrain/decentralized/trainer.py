@@ -42,6 +42,7 @@ from edgetrain.decentralized.faults import DeviceCache, Fault
 from edgetrain.decentralized.resources import DeviceStatus, random_statuses
 from edgetrain.decentralized.schedule import star_schedule
 from edgetrain.decentralized.schedulers import RingScheduler, Scheduler, TreeScheduler
+from edgetrain.decentralized.tiebreak import TIE_BREAKS
 from edgetrain.errors import ConfigError, DataError
 from edgetrain.runs import RunDir, load_into, load_state
 
@@ -82,6 +83,9 @@ class ChainConfig:
     wire: str = "float32"
     # the Chain scheduler's exploration strategy (dqn.EXPLORATIONS; TDGE is the paper's)
     exploration: str = "tdge"
+    # how the Chain scheduler breaks eq. 7's ties (tiebreak.TIE_BREAKS): "eq4" relabels
+    # alike devices toward eq. 4's time + eq. 6 energy variance, "none" keeps the DQN's
+    tie_break: str = "eq4"
 
     def check(self) -> None:
         for name, value, allowed in (
@@ -91,6 +95,7 @@ class ChainConfig:
             ("busy", self.busy, BUSY_MODES),
             ("wire", self.wire, tuple(WIRE_DTYPES)),
             ("exploration", self.exploration, EXPLORATIONS),
+            ("tie_break", self.tie_break, TIE_BREAKS),
         ):
             if value not in allowed:
                 raise ConfigError(f"{name} {value!r} is not one of {', '.join(allowed)}")
@@ -196,7 +201,31 @@ def make_scheduler(cfg: ChainConfig, busy_delay: float) -> Scheduler:
         relearn_episodes=cfg.relearn_episodes,
         busy_delay=busy_delay,
         dqn=DQNConfig(exploration=cfg.exploration),
+        tie_break=cfg.tie_break,
     )
+
+
+def _evaluator(
+    cfg: ChainConfig, fleet: Fleet, flops: dict, n_params: int, model_bytes: int, reduce_bytes: int
+):
+    """The simulated iteration the MA scores a candidate schedule with (same clock as
+    the run's own :func:`simulate_iteration` call)."""
+
+    def evaluate(schedule, statuses):
+        return simulate_iteration(
+            schedule,
+            statuses,
+            fleet.profiles,
+            flops,
+            n_params,
+            model_bytes,
+            cfg.aggregation,
+            cfg.link,
+            cfg.busy_s,
+            reduce_bytes=reduce_bytes,
+        )
+
+    return evaluate
 
 
 def _statuses(cfg: ChainConfig, iteration: int, rng: np.random.Generator, trace) -> list:
@@ -413,6 +442,16 @@ def run_chain(
                 master = max(live_st, key=resource_score).device
                 sched = star_schedule(live, master)
             else:
+                if isinstance(scheduler, ChainScheduler):
+                    # the MA's cost model for eq. 7's tie-break: this iteration's clock
+                    scheduler.evaluate = _evaluator(
+                        cfg,
+                        fleet,
+                        {d: flops_sample * seen[d] for d in live},
+                        n_params,
+                        model_bytes,
+                        reduce_bytes,
+                    )
                 sched = scheduler.schedule(live_st)
             red = (
                 ex.reduce(sched, cfg.aggregation, cfg.wire)
@@ -484,6 +523,7 @@ def run_chain(
                 "episodes": lg.episodes,
                 "converged_at": lg.converged_at,
                 "fallback": lg.fallback,
+                "tie_swaps": lg.tie_swaps,
                 "returns": lg.learn.returns if lg.learn else [],
             }
         epochs.append(rec)
