@@ -16,7 +16,7 @@ from edgetrain.decentralized.costs import (
     energy_variance,
     simulate_iteration,
 )
-from edgetrain.decentralized.env import ChainSchedulingEnv, RewardConfig
+from edgetrain.decentralized.env import ChainSchedulingEnv, RewardConfig, replay_return
 from edgetrain.decentralized.resources import DeviceStatus, random_statuses
 from edgetrain.decentralized.schedule import Schedule, all_schedules
 from edgetrain.errors import ConfigError
@@ -34,15 +34,6 @@ def _fleet(n: int):
 def _run(sched: Schedule, statuses, n: int, link: str = "bluetooth"):
     prof, flops = _fleet(n)
     return simulate_iteration(sched, statuses, prof, flops, N_PARAMS, 4 * N_PARAMS, "chain", link)
-
-
-def _replay(env: ChainSchedulingEnv, sched: Schedule) -> float:
-    env.reset()
-    total = 0.0
-    for p in sched.pairs:
-        for a in (p.sender, p.receiver):
-            total += env.step(a)[1]
-    return total
 
 
 @pytest.mark.parametrize("n", [1, 2, 3, 4, 5])
@@ -129,7 +120,7 @@ def test_n3_eq7_best_return_ties_schedules_of_both_variance_levels():
     levels = sorted({round(v, 6) for v in full})
     assert len(levels) >= 2 and levels[-1] > 3.5 * levels[0]
     env = ChainSchedulingEnv(3, statuses, reward=RewardConfig())
-    rets = [_replay(env, s) for s in every]
+    rets = [replay_return(env, s) for s in every]
     best = max(rets)
     tied = [v for v, r in zip(full, rets, strict=True) if r >= best - 1e-9]
     assert len(tied) >= 2
