@@ -16,9 +16,11 @@ with 4 background I/O issuers, FedHybrid §3 and §4.3.1); without it swap would
 look nearly free here.  Baselines on the same accountant:
 
 * ``ckpt-all``: ``torch.utils.checkpoint(use_reentrant=False)`` on every planner
-  unit (block); budget-independent.  Its recomputed tensors live in torch's
-  private frames, so the accountant sees only the checkpoint inputs (a lower
-  bound on its true peak).
+  unit (block); budget-independent, but timed in every budget's interleaved rounds
+  (applied for its own steps only) so the planners are paired with it
+  (``vs_ckpt_all``).  Its recomputed tensors live in torch's private frames, so the
+  accountant sees only the checkpoint inputs (a lower bound on its true peak); its
+  ``alloc_peak_bytes`` counts every allocation.
 * ``mincut``: ``torch.compile`` with AOTAutograd's
   ``min_cut_rematerialization_partition`` and
   ``torch._functorch.config.activation_memory_budget = budget fraction``, run
@@ -53,6 +55,10 @@ own profile (so possibly its own plan), and summarises the ratios over profiles
 (``by_profile``).  With min-cut in the run every planner row also carries its paired
 ratio to it (``vs_mincut``, same rounds), and the min-cut rows what its forward saves
 for the backward (``saved_for_backward``) and what its backward runs (``backward_ops``).
+``--by-kind`` adds ``hybrid-only-<kind>`` entries: hybrid's plan with only its
+decisions of one kind (recompute, compress, regen, mask; the rest kept), timed in the same
+rounds, so each kind's measured step overhead (``overhead_s``) stands beside its
+predicted one (``predicted_by_kind``).
 ``--autotune`` adds ``hybrid-tuned``: hybrid's candidate plans timed before each
 budget's measurement, the fastest measured with the others (``tune_s``: tuning time).
 
@@ -105,30 +111,6 @@ METHODS = ("recompute", "compress", "swap", "hybrid")
 COMPILED = ("mincut", "mincut-free", "mincut-matched")
 
 
-def _timed_steps(model, inputs, loss_fn, repeats, wrap=None):
-    """Median step time and accountant peak of ``model`` (optionally wrapped/compiled)."""
-    runner = wrap(model) if wrap else model
-    times, peak, grads = [], 0, None
-    state = copy.deepcopy(model.state_dict())
-    for r in range(repeats + 1):
-        model.load_state_dict(state)
-        model.zero_grad(set_to_none=True)
-        acc = MemoryAccountant(exclude=model_state_tensors(model))
-        torch.manual_seed(0)
-        with acc.track():
-            t0 = time.process_time()  # CPU time, as measure_steps (see its docstring)
-            loss_fn(runner(*inputs)).backward()
-            dt = time.process_time() - t0
-        peak = max(peak, acc.peak)
-        if r:
-            times.append(dt)
-        if grads is None:
-            grads = [p.grad.clone() if p.grad is not None else None for p in model.parameters()]
-    model.load_state_dict(state)
-    model.zero_grad(set_to_none=True)
-    return statistics.median(times), peak, grads
-
-
 def _by_kind(p, unit_names: set[str]) -> dict[str, float]:
     """Predicted overhead (s) of a plan per decision kind."""
     out: dict[str, float] = {}
@@ -157,6 +139,40 @@ def _ckpt_all(units):
                 del mod.forward
 
     return wrap, unwrap
+
+
+class _CkptAll:
+    """Entry for ``torch.utils.checkpoint`` on every unit in :func:`_interleaved`: the
+    wrapping is applied around its own steps only (outside the timed region), so the
+    other entries of the same rounds run the model's own forwards."""
+
+    def __init__(self, units) -> None:
+        self.units = list(units)
+        self._wrap, self._unwrap = _ckpt_all(self.units)
+
+    @contextlib.contextmanager
+    def applied(self, model):
+        self._wrap(model)
+        try:
+            yield model
+        finally:
+            self._unwrap(model)
+
+
+#: hybrid's decision kinds that ``--by-kind`` times on their own
+KINDS = ("recompute", "compress", "regen", "mask", "swap")
+
+
+def only_kind(p, kind: str):
+    """``p`` with only its ``kind`` decisions (the other units kept): timed beside the
+    full plan, its overhead is what that kind of decision costs inside the step."""
+    q = copy.deepcopy(p)
+    for u in q.units:
+        if u.decision != kind:
+            u.decision, u.codec, u.chain, u.held_bytes = "keep", None, None, u.saved_bytes
+    q.method = f"{p.method}-only-{kind}"
+    q.predicted_overhead_s = sum(u.cost_s for u in q.units if u.decision != "keep")
+    return q
 
 
 class _Compiled:
@@ -260,6 +276,9 @@ def _run_entry(model, entry, inputs, loss_fn, acc) -> None:
     elif isinstance(entry, _Unaccounted):
         with PlanExecutor(model, entry.plan, accountant=acc, account=False) as ex:
             ex.step(inputs, loss_fn)
+    elif isinstance(entry, _CkptAll):
+        with entry.applied(model), acc.track():
+            loss_fn(model(*inputs)).backward()
     elif callable(entry):
         with acc.track():
             loss_fn(entry(*inputs)).backward()
@@ -391,8 +410,8 @@ def _interleaved(model, entries, inputs, loss_fn, repeats, seed=0, order_seed=0)
     no executor, no saved-tensor hooks, no accountant; its peak is not measured), to an
     :class:`ExecutionPlan` (run by
     :class:`PlanExecutor` exactly as :func:`measure_steps` does, simulated swap I/O
-    time included) or to a :class:`_Compiled` runner (forward + loss + backward
-    under the same accountant).  Every step is timed on the same clocks: process
+    time included), to a :class:`_Compiled` runner or to :class:`_CkptAll` (forward +
+    loss + backward under the same accountant).  Every step is timed on the same clocks: process
     CPU time (``times``, the clock of :func:`measure_steps`), thread CPU time
     (``thread``) and wall time (``wall``).
     """
@@ -418,6 +437,11 @@ def _interleaved(model, entries, inputs, loss_fn, repeats, seed=0, order_seed=0)
                     c0, h0, t0 = time.process_time(), time.thread_time(), time.perf_counter()
                     loss = loss_fn(entry(*inputs))
                     loss.backward()
+                    c1, h1, t1 = time.process_time(), time.thread_time(), time.perf_counter()
+            elif isinstance(entry, _CkptAll):  # wrapped outside the timed region
+                with entry.applied(model), acc.track():
+                    c0, h0, t0 = time.process_time(), time.thread_time(), time.perf_counter()
+                    loss_fn(model(*inputs)).backward()
                     c1, h1, t1 = time.process_time(), time.thread_time(), time.perf_counter()
             else:
                 unacc = isinstance(entry, _Unaccounted)
@@ -447,6 +471,12 @@ def _interleaved(model, entries, inputs, loss_fn, repeats, seed=0, order_seed=0)
     return out
 
 
+def _planner(k: str) -> bool:
+    """A planner entry (paired with the baselines): a method, ``hybrid-tuned`` or a
+    ``--by-kind`` part of hybrid's plan."""
+    return k in METHODS or k == "hybrid-tuned" or k.startswith("hybrid-only-")
+
+
 def _round_ratios(model, entries, inputs, loss_fn, repeats, rounds):
     """Run the interleaved measurement ``rounds`` times; per round, each entry's ratio of
     medians vs ``none`` (process CPU, thread CPU, wall) and ``mincut``'s vs
@@ -454,7 +484,8 @@ def _round_ratios(model, entries, inputs, loss_fn, repeats, rounds):
     round]}}, {entry: max peak over rounds}, {entry: recompiles in timed steps})."""
     ratios = {k: {"cpu": [], "thread": [], "wall": [], "vs_free": [], "vs_recompute": [],
                   "step_vs_none": [], "step_vs_recompute": [], "vs_mincut": [],
-                  "step_vs_mincut": [], "vs_mincut_matched": [], "step_vs_mincut_matched": []}
+                  "step_vs_mincut": [], "vs_mincut_matched": [], "step_vs_mincut_matched": [],
+                  "vs_ckpt_all": [], "step_vs_ckpt_all": [], "overhead_s": []}
               for k in entries}  # fmt: skip
     peaks = dict.fromkeys(entries, 0)
     recompiles = dict.fromkeys(entries, 0)
@@ -468,6 +499,8 @@ def _round_ratios(model, entries, inputs, loss_fn, repeats, rounds):
             ratios[k]["cpu"].append(med[k]["times"] / med["none"]["times"])
             ratios[k]["thread"].append(med[k]["thread"] / med["none"]["thread"])
             ratios[k]["wall"].append(med[k]["wall"] / med["none"]["wall"])
+            # seconds of process CPU time this entry adds to the unplanned step (this round)
+            ratios[k]["overhead_s"].append(med[k]["times"] - med["none"]["times"])
             if k in ("mincut", "mincut-matched") and "mincut-free" in res:
                 ratios[k]["vs_free"].append(med[k]["times"] / med["mincut-free"]["times"])
             # per repeat: step j of every entry ran within the same repeat (seconds apart)
@@ -493,6 +526,12 @@ def _round_ratios(model, entries, inputs, loss_fn, repeats, rounds):
                 ratios[k]["step_vs_mincut_matched"] += [
                     a / b for a, b in zip(r["times"], res["mincut-matched"]["times"], strict=True)
                 ]
+            if _planner(k) and "ckpt-all" in res:
+                # paired against checkpointing every block in the same interleaved steps
+                ratios[k]["vs_ckpt_all"].append(med[k]["times"] / med["ckpt-all"]["times"])
+                ratios[k]["step_vs_ckpt_all"] += [
+                    a / b for a, b in zip(r["times"], res["ckpt-all"]["times"], strict=True)
+                ]
             peaks[k] = max(peaks[k], r["peak"])
             recompiles[k] += r.get("recompiles", 0)
     return first, ratios, peaks, recompiles
@@ -500,7 +539,8 @@ def _round_ratios(model, entries, inputs, loss_fn, repeats, rounds):
 
 def bench_model(name, batch, budgets, repeats, mincut, log, rounds=1, rounds_at=None,
                 methods=METHODS, rows_path=None, tune=False, ckpt_all=True,
-                aa=False, profile_index=None, mincut_matched=False, match_steps=3):  # fmt: skip
+                aa=False, profile_index=None, mincut_matched=False, match_steps=3,
+                by_kind=False):  # fmt: skip
     """Measure every budget; ``rows_path`` (JSON lines) gets each budget's rows as soon as
     they are measured, so a run that dies later (e.g. out of memory) keeps them.
 
@@ -520,9 +560,14 @@ def bench_model(name, batch, budgets, repeats, mincut, log, rounds=1, rounds_at=
     ``profile_index`` (set by ``--profiles``) tags every row with the index of the fresh
     process (and so of the fresh profile) that measured it.
 
+    ``ckpt_all`` adds ``ckpt-all`` (``torch.utils.checkpoint`` on every unit) to every
+    budget's rounds; the planner rows get ``vs_ckpt_all`` / ``steps_vs_ckpt_all`` (paired,
+    like ``vs_mincut``).  ``by_kind`` adds ``hybrid-only-<kind>`` (:func:`only_kind`) for
+    every decision kind in hybrid's plan.
+
     After the timed rounds, one extra untimed step per entry (``none``, the planners,
-    the compiled entries) gives its all-allocation peak (:func:`step_alloc_peak`:
-    ``alloc_peak_bytes``, ``alloc_peak_over_budget``); ``ckpt-all`` gets one too.
+    ``ckpt-all``, the compiled entries) gives its all-allocation peak
+    (:func:`step_alloc_peak`: ``alloc_peak_bytes``, ``alloc_peak_over_budget``).
 
     ``mincut_matched`` (needs ``mincut``) adds ``mincut-matched``: min-cut at the
     ``activation_memory_budget`` that :func:`match_mincut` finds for an all-allocation
@@ -542,6 +587,8 @@ def bench_model(name, batch, budgets, repeats, mincut, log, rounds=1, rounds_at=
         mins["hybrid-tuned"] = minimum_budget(prof, "hybrid")
     names = (*methods, "hybrid-tuned") if tune else methods
     names = ("bare", "none-fast", "aa", *names) if aa else names
+    names = (*names, "ckpt-all") if ckpt_all else names
+    ckpt = _CkptAll([u.name for u in prof.units])
     rows = []
     for frac in budgets:
         t_budget = time.perf_counter()
@@ -554,6 +601,14 @@ def bench_model(name, batch, budgets, repeats, mincut, log, rounds=1, rounds_at=
         for m in methods:
             with contextlib.suppress(BudgetError):
                 entries[m] = plan(prof, budget, m)
+        if ckpt_all:
+            entries["ckpt-all"] = ckpt
+        kinds = []
+        if by_kind and "hybrid" in entries:
+            counts = entries["hybrid"].decision_counts()
+            kinds = [f"hybrid-only-{k}" for k in KINDS if counts.get(k)]
+            for k in kinds:
+                entries[k] = only_kind(entries["hybrid"], k.removeprefix("hybrid-only-"))
         tuned = None
         if tune:
             with contextlib.suppress(BudgetError):
@@ -603,11 +658,11 @@ def bench_model(name, batch, budgets, repeats, mincut, log, rounds=1, rounds_at=
                 model, entries, inputs, loss_fn, repeats, n_rounds
             )
         # one extra untimed step per entry: its peak over every allocation (not in the ratios)
-        for m in ("none", *names, *COMPILED):
+        for m in ("none", *names, *kinds, *COMPILED):
             if m in entries and m not in alloc and m not in ("aa", "bare", "none-fast"):
                 alloc[m] = step_alloc_peak(model, entries[m], inputs, loss_fn)
         compiled = [m for m in COMPILED if mincut and (m != "mincut-matched" or mincut_matched)]
-        for m in (*names, *compiled):
+        for m in (*names, *kinds, *compiled):
             row = {"model": name, "batch": batch, "budget": frac, "budget_bytes": budget,
                    "method": m}  # fmt: skip
             if profile_index is not None:
@@ -636,6 +691,7 @@ def bench_model(name, batch, budgets, repeats, mincut, log, rounds=1, rounds_at=
                     # the same, paired per repeat (rounds x repeats samples)
                     steps_vs_none=paired_summary(rr["step_vs_none"]).to_json(),
                 )
+                row["overhead_s"] = statistics.median(rr["overhead_s"])
                 if m in alloc:
                     row.update(alloc_peak_bytes=alloc[m][0],
                                alloc_peak_over_budget=alloc[m][0] / budget,
@@ -657,6 +713,12 @@ def bench_model(name, batch, budgets, repeats, mincut, log, rounds=1, rounds_at=
                                round_vs_mincut=rr["vs_mincut"],
                                steps_vs_mincut=paired_summary(
                                    rr["step_vs_mincut"]).to_json())  # fmt: skip
+                if rr["vs_ckpt_all"]:
+                    # this plan / checkpointing every block, paired per round and per repeat
+                    row.update(vs_ckpt_all=paired_summary(rr["vs_ckpt_all"]).to_json(),
+                               round_vs_ckpt_all=rr["vs_ckpt_all"],
+                               steps_vs_ckpt_all=paired_summary(
+                                   rr["step_vs_ckpt_all"]).to_json())  # fmt: skip
                 if rr["vs_mincut_matched"]:
                     row.update(vs_mincut_matched=paired_summary(rr["vs_mincut_matched"]).to_json(),
                                round_vs_mincut_matched=rr["vs_mincut_matched"],
@@ -679,6 +741,11 @@ def bench_model(name, batch, budgets, repeats, mincut, log, rounds=1, rounds_at=
                     if rr["vs_free"]:
                         row.update(vs_free=statistics.median(rr["vs_free"]),
                                    round_vs_free=rr["vs_free"])  # fmt: skip
+                elif m == "ckpt-all":
+                    # budget-independent: its saved tensors and its whole step against this
+                    # budget (above: peak_over_budget, measured_peak_frac, alloc_peak_*)
+                    row.update(units=len(ckpt.units),
+                               alloc_peak_frac=alloc[m][0] / unplanned)  # fmt: skip
                 elif m in ("bare", "none-fast"):
                     row.update(measured_peak=None, peak_over_budget=None,
                                measured_peak_frac=None, within_budget=None)  # fmt: skip
@@ -724,20 +791,6 @@ def bench_model(name, batch, budgets, repeats, mincut, log, rounds=1, rounds_at=
                 for row in rows:
                     if row["budget"] == frac:
                         f.write(json.dumps({**row, "unplanned_peak_bytes": unplanned}) + "\n")
-    if ckpt_all:
-        wrap, unwrap = _ckpt_all([u.name for u in prof.units])
-        none_t, _, none_g = _timed_steps(model, inputs, loss_fn, repeats)
-        t, peak, grads = _timed_steps(model, inputs, loss_fn, repeats, wrap)
-        unwrap(model)
-        ck_alloc, _ = step_alloc_peak(model, wrap(model), inputs, loss_fn)  # untimed
-        unwrap(model)
-        row = {"model": name, "batch": batch, "budget": None, "method": "ckpt-all",
-               "feasible": True, "ratio": t / none_t, "measured_peak": peak,
-               "measured_peak_frac": peak / unplanned, "alloc_peak_bytes": ck_alloc,
-               "alloc_peak_frac": ck_alloc / unplanned,
-               "grad_err": max_grad_diff(grads, none_g)}  # fmt: skip
-        rows.append(row)
-        log("  ckpt-all (every block): " + _brief(row))
     return {"model": name, "batch": batch, "unplanned_peak_bytes": unplanned, "rows": rows,
             "min_feasible_frac": {m: v / unplanned for m, v in mins.items()},
             "peak_rss_bytes": peak_rss_bytes()}  # fmt: skip
@@ -758,20 +811,18 @@ def _fresh_process_runs(spec, budgets, argv, out, log, profiles=1):
     (fixed), but a child per budget still bounds whatever compiled entries keep and
     returns it to the OS.  Each child profiles afresh (its plans come from its own profile, which
     :func:`profile_model` makes stable between processes).  The children's rows are
-    merged; ``peak_rss_bytes`` is the largest child's.  The last child also measures
-    ``ckpt-all``.
+    merged; ``peak_rss_bytes`` is the largest child's.  Every child times ``ckpt-all`` in
+    its rounds (unless ``--no-ckpt-all``).
     """
     import subprocess
 
     merged = None
     runs = [(frac, k) for k in range(profiles) for frac in budgets]
-    for i, (frac, k) in enumerate(runs):
+    for frac, k in runs:
         cmd = [sys.executable, str(Path(__file__).resolve()), *argv, "--models", spec,
                "--budgets", str(frac), "--json", "--out", str(out), "--child"]  # fmt: skip
         if profiles > 1:
             cmd += ["--profile-index", str(k)]
-        if i < len(runs) - 1:
-            cmd.append("--no-ckpt-all")
         t0 = time.perf_counter()
         proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
         for line in proc.stderr.splitlines():
@@ -893,6 +944,10 @@ def _brief(row):
     s = f"ratio={row['ratio']:.3f}"
     if row.get("measured_peak") is not None:
         s += f" peak={row['measured_peak']:,}"
+        if row.get("peak_over_budget") is not None:
+            s += f" ({row['peak_over_budget']:.3f})"
+    if row.get("overhead_s") is not None:
+        s += f" +{row['overhead_s'] * 1e3:.0f}ms"
     if len(row.get("round_ratios", ())) > 1:
         s += " rounds=[" + ",".join(f"{x:.3f}" for x in row["round_ratios"]) + "]"
     if "vs_free" in row:
@@ -904,6 +959,9 @@ def _brief(row):
     if "vs_mincut" in row:
         v = row["vs_mincut"]
         s += f" vs_mincut={v['median']:.3f} [{v['lo']:.3f},{v['hi']:.3f}] {v['verdict']}"
+    if "vs_ckpt_all" in row:
+        v = row["vs_ckpt_all"]
+        s += f" vs_ckpt_all={v['median']:.3f} [{v['lo']:.3f},{v['hi']:.3f}] {v['verdict']}"
     if "vs_mincut_matched" in row:
         v = row["vs_mincut_matched"]
         s += (f" vs_mincut_matched={v['median']:.3f} [{v['lo']:.3f},{v['hi']:.3f}]"
@@ -934,17 +992,19 @@ def plot(result, out: Path):
 
     fig, ax = plt.subplots(figsize=(6, 4))
     rows = result["rows"]
-    for m in (*METHODS, "hybrid-tuned", *COMPILED):
+    for m in (*METHODS, "hybrid-tuned", *COMPILED, "ckpt-all"):
         by_budget: dict[float, list[float]] = {}  # several with --profiles: their median
         for r in rows:
             if r["method"] == m and r.get("feasible"):
                 by_budget.setdefault(r["budget"], []).append(r["ratio"])
         pts = [(b, statistics.median(v)) for b, v in by_budget.items()]
         if pts:
-            ax.plot(*zip(*pts, strict=True), marker="o", label=m)
-    ck = [r for r in rows if r["method"] == "ckpt-all"]
-    if ck:
-        ax.axhline(ck[0]["ratio"], ls="--", color="grey", label="ckpt every block")
+            style = (
+                {"ls": "--", "color": "grey", "label": "ckpt every block"}
+                if m == "ckpt-all"
+                else {"label": m}
+            )
+            ax.plot(*zip(*sorted(pts), strict=True), marker="o", **style)
     ax.set_xlabel("budget (fraction of unplanned saved-activation peak)")
     ax.set_ylabel("step time / unplanned step time")
     ax.set_title(f"{result['model']} batch {result['batch']} (this CPU, measured)")
@@ -1039,7 +1099,17 @@ def main(argv=None) -> int:
         "result a per-budget summary over profiles (by_profile)",
     )
     ap.add_argument("--profile-index", type=int, default=None, help=argparse.SUPPRESS)
-    ap.add_argument("--no-ckpt-all", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument(
+        "--no-ckpt-all",
+        action="store_true",
+        help="leave out ckpt-all (torch.utils.checkpoint on every block) from the rounds",
+    )
+    ap.add_argument(
+        "--by-kind",
+        action="store_true",
+        help="add hybrid-only-<kind>: hybrid's plan with only one kind of decision "
+        "(the rest kept), timed in the same rounds (measured cost per decision kind)",
+    )
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--out", default=None, help="folder for PNGs (default: a temp folder)")
     ap.add_argument("--json", action="store_true")
@@ -1110,6 +1180,7 @@ def main(argv=None) -> int:
                 rows_path=out / f"rows_{name}.jsonl", tune=args.autotune,
                 ckpt_all=not args.no_ckpt_all, aa=args.aa, profile_index=args.profile_index,
                 mincut_matched=args.mincut_matched, match_steps=args.match_steps,
+                by_kind=args.by_kind,
             )  # fmt: skip
         res["png"] = str(plot(res, out))
         log(f"  plot: {res['png']}")

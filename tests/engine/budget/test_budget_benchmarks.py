@@ -42,8 +42,8 @@ def test_budget_overhead_benchmark_quick(capsys, tmp_path):
     (model,) = res
     assert Path(model["png"]).stat().st_size > 0
     rows = {(r["budget"], r["method"]): r for r in model["rows"]}
-    # --methods restricts the planners; the compiled pair always comes along
-    methods = {"recompute", "hybrid", "mincut", "mincut-free"}
+    # --methods restricts the planners; the compiled pair and ckpt-all always come along
+    methods = {"recompute", "hybrid", "ckpt-all", "mincut", "mincut-free"}
     assert {m for b, m in rows if b is not None} == methods
     assert set(model["min_feasible_frac"]) == {"recompute", "hybrid"}
     for (budget, method), r in rows.items():
@@ -92,7 +92,23 @@ def test_budget_overhead_benchmark_quick(capsys, tmp_path):
             continue
         assert r["alloc_peak_bytes"] >= r["alloc_step_saved_peak"] > 0, m
         assert r["alloc_peak_over_budget"] == pytest.approx(r["alloc_peak_bytes"] / budget)
-    assert rows[(None, "ckpt-all")]["alloc_peak_bytes"] > rows[(None, "ckpt-all")]["measured_peak"]
+    # ckpt-all ran in the same rounds (wrapped for its own steps only: the compiled entries
+    # did not recompile), with its saved-tensor and all-allocation peaks against the budget
+    ck, hyb = rows[(0.4, "ckpt-all")], rows[(0.4, "hybrid")]
+    assert ck["alloc_peak_bytes"] > ck["measured_peak"] > 0
+    assert ck["peak_over_budget"] == pytest.approx(ck["measured_peak"] / budget)
+    assert ck["measured_peak_frac"] == pytest.approx(
+        ck["measured_peak"] / model["unplanned_peak_bytes"]
+    )
+    assert ck["alloc_peak_over_budget"] == pytest.approx(ck["alloc_peak_bytes"] / budget)
+    assert ck["units"] >= 1 and ck["grad_err"] < 1e-6  # recomputation: the same gradients
+    # paired: per round, hybrid / ckpt-all is the ratio of their ratios to the same none
+    assert len(hyb["round_vs_ckpt_all"]) == 2 and hyb["vs_ckpt_all"]["rounds"] == 2
+    for pair, h, c in zip(hyb["round_vs_ckpt_all"], hyb["round_ratios"], ck["round_ratios"],
+                          strict=True):  # fmt: skip
+        assert pair == pytest.approx(h / c)
+    assert hyb["steps_vs_ckpt_all"]["rounds"] == 2  # --quick: 1 repeat per round
+    assert "vs_ckpt_all" not in ck and "vs_ckpt_all" not in rows[(0.4, "mincut")]
 
 
 def test_budget_overhead_mincut_matched(capsys, tmp_path):
@@ -222,15 +238,16 @@ def test_budget_overhead_fresh_process_per_budget(capsys, tmp_path):
     (model,) = json.loads(capsys.readouterr().out)
     assert [(r["budget"], r["method"]) for r in model["rows"]] == [
         (0.9, "recompute"),
+        (0.9, "ckpt-all"),  # in every child's rounds
         (0.7, "recompute"),
-        (None, "ckpt-all"),  # measured once, by the last child
+        (0.7, "ckpt-all"),
     ]
     assert len(model["child_peak_rss_bytes"]) == 2
     assert model["peak_rss_bytes"] == max(model["child_peak_rss_bytes"]) > 0
-    assert all(r["within_budget"] for r in model["rows"] if r["budget"] is not None)
+    assert all(r["within_budget"] for r in model["rows"] if r["method"] == "recompute")
     # the children appended their rows as they measured them
     lines = (tmp_path / "rows_ds-cnn.jsonl").read_text().splitlines()
-    assert [json.loads(x)["budget"] for x in lines] == [0.9, 0.7]
+    assert [json.loads(x)["budget"] for x in lines] == [0.9, 0.9, 0.7, 0.7]
 
 
 def test_budget_overhead_profiles_repeat_budgets_in_fresh_processes(capsys, tmp_path):
@@ -289,3 +306,57 @@ def test_budget_overhead_paired_and_aa_rows(capsys, tmp_path):
     assert rows["hybrid"]["same_plan_as_recompute"] == (
         same and rows["hybrid"]["plan"] == rows["recompute"]["plan"]
     )
+
+
+def test_only_kind_keeps_the_other_decisions():
+    mod = _load("budget_overhead")
+    from edgetrain.engine.budget.plan import ExecutionPlan, UnitDecision
+
+    units = [
+        UnitDecision("a", "recompute", saved_bytes=10, held_bytes=2, cost_s=0.5),
+        UnitDecision("b", "compress", codec="mix", saved_bytes=8, held_bytes=1, cost_s=0.25),
+        UnitDecision("c", "regen", saved_bytes=4, held_bytes=0, cost_s=0.125, chain=["b", "c"]),
+        UnitDecision("d", "keep", saved_bytes=3, held_bytes=3),
+    ]
+    p = ExecutionPlan("hybrid", 20, 25, 6, 0.875, units)
+    q = mod.only_kind(p, "compress")
+    assert [(u.name, u.decision, u.codec, u.chain, u.held_bytes) for u in q.units] == [
+        ("a", "keep", None, None, 10),
+        ("b", "compress", "mix", None, 1),
+        ("c", "keep", None, None, 4),
+        ("d", "keep", None, None, 3),
+    ]
+    assert q.method == "hybrid-only-compress" and q.predicted_overhead_s == 0.25
+    assert p.units[0].decision == "recompute"  # the full plan is untouched
+
+
+def test_budget_overhead_by_kind(capsys, tmp_path):
+    """``--by-kind`` times hybrid's plan split by decision kind in the same rounds: the
+    parts' decisions partition hybrid's, each part has its measured overhead, and each is
+    paired with ckpt-all like hybrid is."""
+    mod = _load("budget_overhead")
+    argv = ["--quick", "--json", "--out", str(tmp_path), "--no-mincut", "--methods", "hybrid"]
+    assert mod.main([*argv, "--budgets", "0.4", "--rounds", "1", "--by-kind"]) == 0
+    (model,) = json.loads(capsys.readouterr().out)
+    rows = {r["method"]: r for r in model["rows"]}
+    hyb = rows["hybrid"]
+    kinds = {k for k, v in hyb["decisions"].items() if v and k != "keep"}
+    assert len(kinds) >= 2  # the quick model's hybrid plan mixes kinds at 0.4
+    assert set(rows) == {"hybrid", "ckpt-all"} | {f"hybrid-only-{k}" for k in kinds}
+    parts = []
+    for k in kinds:
+        r = rows[f"hybrid-only-{k}"]
+        assert {d for _, d in r["plan"]} == {k}
+        parts += r["plan"]
+        by_kind = hyb["predicted_by_kind"]
+        want = by_kind.get(k, 0.0) + (by_kind.get("leafrc", 0.0) if k == "recompute" else 0.0)
+        assert r["predicted_overhead_s"] == pytest.approx(want)
+        # one round: overhead = (ratio - 1) x the same unplanned median, for every entry
+        assert r["overhead_s"] * (hyb["ratio"] - 1) == pytest.approx(
+            hyb["overhead_s"] * (r["ratio"] - 1), rel=1e-6, abs=1e-12
+        )
+        assert r["vs_ckpt_all"]["rounds"] == 1
+        if k in ("recompute", "regen", "mask"):  # exact decisions
+            assert r["grad_err"] == 0.0
+        assert r["alloc_peak_bytes"] >= r["alloc_step_saved_peak"] > 0
+    assert sorted(map(tuple, parts)) == sorted(map(tuple, hyb["plan"]))
