@@ -208,8 +208,8 @@ def make_scheduler(cfg: ChainConfig, busy_delay: float) -> Scheduler:
 def _evaluator(
     cfg: ChainConfig, fleet: Fleet, flops: dict, n_params: int, model_bytes: int, reduce_bytes: int
 ):
-    """The simulated iteration the MA scores a candidate schedule with (same clock as
-    the run's own :func:`simulate_iteration` call)."""
+    """One iteration's simulated clock, ``(schedule, statuses) -> IterationCost``: what
+    the run charges for the schedule it ran and what the MA scores candidates with."""
 
     def evaluate(schedule, statuses):
         return simulate_iteration(
@@ -437,21 +437,22 @@ def run_chain(
                     seen[d] = local_train(model, x, y, segs[d][seg], cfg.lr, cfg.momentum)
                     local = model.state_dict()
                     deltas[d] = {k: local[k] - global_state[k] for k in global_state}
+            # this iteration's simulated clock: the run's cost and the MA's tie-break model
+            clock = _evaluator(
+                cfg,
+                fleet,
+                {d: flops_sample * seen[d] for d in live},
+                n_params,
+                model_bytes,
+                reduce_bytes,
+            )
             # schedule + reduce
             if cfg.aggregation == "central":
                 master = max(live_st, key=resource_score).device
                 sched = star_schedule(live, master)
             else:
                 if isinstance(scheduler, ChainScheduler):
-                    # the MA's cost model for eq. 7's tie-break: this iteration's clock
-                    scheduler.evaluate = _evaluator(
-                        cfg,
-                        fleet,
-                        {d: flops_sample * seen[d] for d in live},
-                        n_params,
-                        model_bytes,
-                        reduce_bytes,
-                    )
+                    scheduler.evaluate = clock  # the MA's cost model for eq. 7's tie-break
                 sched = scheduler.schedule(live_st)
             red = (
                 ex.reduce(sched, cfg.aggregation, cfg.wire)
@@ -472,18 +473,7 @@ def run_chain(
             }
             if on_iteration:
                 on_iteration(it, global_state, None if ex else deltas)
-            cost = simulate_iteration(
-                sched,
-                live_st,
-                fleet.profiles,
-                {d: flops_sample * seen[d] for d in live},
-                n_params,
-                model_bytes,
-                cfg.aggregation,
-                cfg.link,
-                cfg.busy_s,
-                reduce_bytes=reduce_bytes,
-            )
+            cost = clock(sched, live_st)
             for d in live:
                 energy[d] += cost.energy_j[d]
                 agg_energy[d] += cost.agg_energy_j[d]
