@@ -94,7 +94,12 @@ from edgetrain.engine.budget import (
     plan_candidates,
     profile_model,
 )
-from edgetrain.engine.budget.accountant import model_state_tensors, peak_rss_bytes
+from edgetrain.engine.budget.accountant import (  # noqa: F401  (alloc_peak_bytes: API)
+    alloc_peak_bytes,
+    model_state_tensors,
+    peak_rss_bytes,
+)
+from edgetrain.engine.budget.accountant import step_alloc_peak as _step_alloc_peak
 from edgetrain.engine.budget.autotune import autotune
 from edgetrain.engine.budget.runner import (
     codecs_for,
@@ -229,44 +234,6 @@ class _Compiled:
                 self.bw_ops[key] = self.bw_ops.get(key, 0) + 1
 
 
-def alloc_peak_bytes(fn) -> int:
-    """Peak of the running sum of *every* CPU allocation made while ``fn()`` runs (bytes).
-
-    The accountant counts autograd's saved tensors only; a compiled min-cut backward
-    recomputes activations as graph locals, which it never sees.  This counts what the
-    allocator hands out during the call -- saved and recomputed activations, gradients,
-    workspace, temporaries -- from the torch profiler's allocation events, in time order.
-    A free lowers the sum only when its block was allocated inside the call (matched by
-    pointer): blocks allocated before it (the previous step's gradients, the caller's
-    tensors) are not part of this step, and the profiler reports their frees in some
-    paths and not in others.  Memory already held when ``fn`` starts (parameters,
-    inputs) is not included.
-    """
-    from torch._C._profiler import _EventType
-    from torch.profiler import ProfilerActivity, profile
-
-    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
-        fn()
-    allocs: list[tuple[int, int, int]] = []
-    stack = list(prof.profiler.kineto_results.experimental_event_tree())
-    while stack:
-        n = stack.pop()
-        if n.tag == _EventType.Allocation:
-            allocs.append((n.start_time_ns, n.extra_fields.alloc_size, n.extra_fields.ptr))
-        stack.extend(n.children)
-    allocs.sort()
-    live: dict[int, int] = {}
-    cur = peak = 0
-    for _, size, ptr in allocs:
-        if size > 0:
-            live[ptr] = live.get(ptr, 0) + size
-            cur += size
-        elif ptr in live:
-            cur -= live.pop(ptr)
-        peak = max(peak, cur)
-    return peak
-
-
 def _run_entry(model, entry, inputs, loss_fn, acc) -> None:
     """One forward + loss + backward of ``entry`` (as :func:`_interleaved` runs it, untimed).
     ``entry``: :data:`BARE`, an :class:`ExecutionPlan`, an :class:`_Unaccounted` plan,
@@ -288,30 +255,10 @@ def _run_entry(model, entry, inputs, loss_fn, acc) -> None:
 
 
 def step_alloc_peak(model, entry, inputs, loss_fn, seed=0) -> tuple[int, int]:
-    """(all-allocation peak, accountant peak) of one step of ``entry``: a warm-up step
-    (compilation, lazy buffers), then one step under :func:`alloc_peak_bytes`, each from
-    the same weights with the gradients set to None (so the gradients count).  Untimed;
-    the model's state is restored afterwards."""
-    state = copy.deepcopy(model.state_dict())
-
-    def reset():
-        model.load_state_dict(state)
-        model.zero_grad(set_to_none=True)
-
-    box: dict[str, int] = {}
-
-    def once():
-        torch.manual_seed(seed)
-        acc = MemoryAccountant(exclude=model_state_tensors(model))
-        _run_entry(model, entry, inputs, loss_fn, acc)
-        box["acc"] = acc.peak
-
-    reset()
-    once()
-    reset()
-    peak = alloc_peak_bytes(once)
-    reset()
-    return peak, box["acc"]
+    """(all-allocation peak, accountant peak) of one untimed step of any entry of this
+    benchmark: :func:`edgetrain.engine.budget.accountant.step_alloc_peak` with
+    :func:`_run_entry`."""
+    return _step_alloc_peak(model, entry, inputs, loss_fn, seed=seed, run=_run_entry)
 
 
 def match_mincut(model, inputs, loss_fn, target_bytes: int, hi: float, steps: int = 3) -> dict:
@@ -540,7 +487,7 @@ def _round_ratios(model, entries, inputs, loss_fn, repeats, rounds):
 def bench_model(name, batch, budgets, repeats, mincut, log, rounds=1, rounds_at=None,
                 methods=METHODS, rows_path=None, tune=False, ckpt_all=True,
                 aa=False, profile_index=None, mincut_matched=False, match_steps=3,
-                by_kind=False):  # fmt: skip
+                by_kind=False, scope="saved"):  # fmt: skip
     """Measure every budget; ``rows_path`` (JSON lines) gets each budget's rows as soon as
     they are measured, so a run that dies later (e.g. out of memory) keeps them.
 
@@ -574,25 +521,46 @@ def bench_model(name, batch, budgets, repeats, mincut, log, rounds=1, rounds_at=
     peak at most the budget bytes -- or hybrid's own all-allocation peak when that is
     higher (the gradients alone can exceed a saved-tensor budget), i.e. the same
     measured memory -- timed with the others in the same rounds (``vs_mincut_matched``
-    on the planner rows, the search on its row as ``match``)."""
+    on the planner rows, the search on its row as ``match``).
+
+    ``scope="all"``: the budget bounds every allocation of the step (the planners plan
+    with ``scope="all"`` on a profile with ``alloc_timeline=True``); a fraction is of
+    the unplanned step's measured all-allocation peak, ``"ckpt-all"`` is ckpt-all's
+    measured all-allocation peak, ``"min"`` hybrid's minimum feasible all-allocation
+    budget; ``within_budget`` is then the all-allocation peak's."""
     model, inputs, loss_fn = zoo_task(name, batch, seed=0)
     t0 = time.perf_counter()
     codecs = {**codecs_for("hybrid"), **codecs_for("compress")}
-    prof = profile_model(model, inputs, loss_fn, codecs=codecs)
+    prof = profile_model(model, inputs, loss_fn, codecs=codecs, alloc_timeline=scope == "all")
     log(f"[{name} b{batch}] profiled {len(prof.units)} units in {time.perf_counter() - t0:.1f}s")
     base = none_plan(prof)
     unplanned = measure_steps(model, {"none": base}, inputs, loss_fn, repeats=0)["none"]["peak"]
-    mins = {m: minimum_budget(prof, m) for m in methods}
+    ckpt = _CkptAll([u.name for u in prof.units])
+    pre_alloc: dict[str, tuple[int, int]] = {}
+    if scope == "all":
+        pre_alloc["none"] = step_alloc_peak(model, base, inputs, loss_fn)
+        unplanned = pre_alloc["none"][0]
+        log(f"[{name} b{batch}] unplanned all-allocation peak {unplanned:,} "
+            f"(predicted {prof.alloc.measured_peak:,})")  # fmt: skip
+    mins = {m: minimum_budget(prof, m, scope=scope) for m in methods}
     if tune:
-        mins["hybrid-tuned"] = minimum_budget(prof, "hybrid")
+        mins["hybrid-tuned"] = minimum_budget(prof, "hybrid", scope=scope)
     names = (*methods, "hybrid-tuned") if tune else methods
     names = ("bare", "none-fast", "aa", *names) if aa else names
     names = (*names, "ckpt-all") if ckpt_all else names
-    ckpt = _CkptAll([u.name for u in prof.units])
     rows = []
-    for frac in budgets:
+    for spec in budgets:
         t_budget = time.perf_counter()
-        budget = int(frac * unplanned)
+        if spec == "ckpt-all":
+            pre_alloc["ckpt-all"] = step_alloc_peak(model, ckpt, inputs, loss_fn)
+            budget = pre_alloc["ckpt-all"][0]
+        elif spec == "min":
+            budget = minimum_budget(prof, "hybrid", scope=scope)
+        else:
+            budget = int(float(spec) * unplanned)
+        frac = float(spec) if spec not in ("ckpt-all", "min") else budget / unplanned
+        if spec in ("ckpt-all", "min"):
+            log(f"  {frac:4.3f} = {spec}: budget {budget:,} bytes ({scope})")
         entries = {"none": base}
         if aa:
             entries["aa"] = copy.deepcopy(base)
@@ -600,7 +568,7 @@ def bench_model(name, batch, budgets, repeats, mincut, log, rounds=1, rounds_at=
             entries["none-fast"] = _Unaccounted(copy.deepcopy(base))
         for m in methods:
             with contextlib.suppress(BudgetError):
-                entries[m] = plan(prof, budget, m)
+                entries[m] = plan(prof, budget, m, scope=scope)
         if ckpt_all:
             entries["ckpt-all"] = ckpt
         kinds = []
@@ -612,7 +580,7 @@ def bench_model(name, batch, budgets, repeats, mincut, log, rounds=1, rounds_at=
         tuned = None
         if tune:
             with contextlib.suppress(BudgetError):
-                cands = plan_candidates(prof, budget, "hybrid")
+                cands = plan_candidates(prof, budget, "hybrid", scope=scope)
                 entries["hybrid-tuned"], tuned = autotune(
                     model, inputs, loss_fn, cands, repeats=repeats
                 )
@@ -621,7 +589,7 @@ def bench_model(name, batch, budgets, repeats, mincut, log, rounds=1, rounds_at=
                      "decisions": c.decision_counts()} for c in cands
                 ]  # fmt: skip
         compiled_error = None
-        alloc: dict[str, tuple[int, int]] = {}
+        alloc: dict[str, tuple[int, int]] = dict(pre_alloc)
         match = None
         if mincut:
             torch._dynamo.reset()  # drop the previous budget's graphs (cache size limit)
@@ -643,7 +611,7 @@ def bench_model(name, batch, budgets, repeats, mincut, log, rounds=1, rounds_at=
             entries["mincut-free"] = _Compiled(model, 1.0)
             if match is not None:
                 entries["mincut-matched"] = _Compiled(model, match["chosen"])
-        n_rounds = rounds if rounds_at is None or frac in rounds_at else 1
+        n_rounds = rounds if rounds_at is None or frac in rounds_at or spec in rounds_at else 1
         try:
             res, ratios, peaks, recompiles = _round_ratios(
                 model, entries, inputs, loss_fn, repeats, n_rounds
@@ -664,7 +632,9 @@ def bench_model(name, batch, budgets, repeats, mincut, log, rounds=1, rounds_at=
         compiled = [m for m in COMPILED if mincut and (m != "mincut-matched" or mincut_matched)]
         for m in (*names, *kinds, *compiled):
             row = {"model": name, "batch": batch, "budget": frac, "budget_bytes": budget,
-                   "method": m}  # fmt: skip
+                   "method": m, "budget_scope": scope}  # fmt: skip
+            if spec in ("ckpt-all", "min"):
+                row["budget_spec"] = spec
             if profile_index is not None:
                 row["profile"] = profile_index
             if m in COMPILED and compiled_error:
@@ -697,6 +667,8 @@ def bench_model(name, batch, budgets, repeats, mincut, log, rounds=1, rounds_at=
                                alloc_peak_over_budget=alloc[m][0] / budget,
                                alloc_step_saved_peak=alloc[m][1],
                                none_alloc_peak_bytes=alloc["none"][0])  # fmt: skip
+                    if scope == "all":  # the budget bounds every allocation
+                        row["within_budget"] = alloc[m][0] <= budget
                 if rr["vs_recompute"]:
                     row.update(vs_recompute=paired_summary(rr["vs_recompute"]).to_json(),
                                round_vs_recompute=rr["vs_recompute"],
@@ -763,11 +735,16 @@ def bench_model(name, batch, budgets, repeats, mincut, log, rounds=1, rounds_at=
                         # the profile's in-step recompute factor (eq. 6 x rc_scale)
                         rc_scale=prof.units[0].rc_scale if prof.units else 1.0,
                     )
+                    if scope == "all":
+                        row.update(predicted_alloc_peak=p.predicted_peak_bytes,
+                                   predicted_saved_peak=p.meta.get("predicted_saved_peak_bytes"),
+                                   alloc_prediction_error=(alloc[m][0] - p.predicted_peak_bytes)
+                                   / p.predicted_peak_bytes)  # fmt: skip
                     if m == "hybrid":  # what the tie-break chose from (first = chosen)
                         row["candidates"] = [
                             {"predicted_overhead_s": c.predicted_overhead_s,
                              "decisions": {k: v for k, v in c.decision_counts().items() if v}}
-                            for c in plan_candidates(prof, budget, "hybrid")
+                            for c in plan_candidates(prof, budget, "hybrid", scope=scope)
                         ]  # fmt: skip
                     if m == "hybrid-tuned":
                         row.update(
@@ -792,6 +769,7 @@ def bench_model(name, batch, budgets, repeats, mincut, log, rounds=1, rounds_at=
                     if row["budget"] == frac:
                         f.write(json.dumps({**row, "unplanned_peak_bytes": unplanned}) + "\n")
     return {"model": name, "batch": batch, "unplanned_peak_bytes": unplanned, "rows": rows,
+            "budget_scope": scope,
             "min_feasible_frac": {m: v / unplanned for m, v in mins.items()},
             "peak_rss_bytes": peak_rss_bytes()}  # fmt: skip
 
@@ -1035,6 +1013,26 @@ def _strip_options(argv, valued, flags):
     return out
 
 
+def _budget_spec(text: str, scope: str):
+    """A ``--budgets`` entry: a fraction (float), or under ``--scope all`` also
+    ``ckpt-all`` / ``min`` (resolved by :func:`bench_model`)."""
+    from edgetrain.engine.budget.planner import check_scope
+
+    check_scope(scope)
+    t = text.strip()
+    if t in ("ckpt-all", "min"):
+        if scope != "all":
+            raise ConfigError(f"--budgets {t!r} needs --scope all")
+        return t
+    try:
+        return float(t)
+    except ValueError:
+        raise ConfigError(
+            f"--budgets entry {t!r}: expected a fraction such as 0.5"
+            + (" or ckpt-all / min" if scope == "all" else "")
+        ) from None
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true")
@@ -1110,6 +1108,14 @@ def main(argv=None) -> int:
         help="add hybrid-only-<kind>: hybrid's plan with only one kind of decision "
         "(the rest kept), timed in the same rounds (measured cost per decision kind)",
     )
+    ap.add_argument(
+        "--scope",
+        default="saved",
+        help="saved: budgets bound autograd's saved tensors (fractions of the unplanned "
+        "saved-tensor peak); all: every allocation of the step (fractions of the unplanned "
+        "all-allocation peak; also 'ckpt-all' = ckpt-all's all-allocation peak and 'min' = "
+        "hybrid's minimum feasible all-allocation budget)",
+    )
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--out", default=None, help="folder for PNGs (default: a temp folder)")
     ap.add_argument("--json", action="store_true")
@@ -1162,8 +1168,12 @@ def main(argv=None) -> int:
     results = []
     for spec in args.models.split(","):
         name, batch = spec.split(":")
-        budgets = [float(b) for b in args.budgets.split(",")]
-        rounds_at = [float(b) for b in args.rounds_at.split(",")] if args.rounds_at else None
+        budgets = [_budget_spec(b, args.scope) for b in args.budgets.split(",")]
+        rounds_at = (
+            [_budget_spec(b, args.scope) for b in args.rounds_at.split(",")]
+            if args.rounds_at
+            else None
+        )
         if args.fresh_process and not args.child:
             child_argv = [a for a in (argv if argv is not None else sys.argv[1:])]
             child_argv = _strip_options(
@@ -1180,7 +1190,7 @@ def main(argv=None) -> int:
                 rows_path=out / f"rows_{name}.jsonl", tune=args.autotune,
                 ckpt_all=not args.no_ckpt_all, aa=args.aa, profile_index=args.profile_index,
                 mincut_matched=args.mincut_matched, match_steps=args.match_steps,
-                by_kind=args.by_kind,
+                by_kind=args.by_kind, scope=args.scope,
             )  # fmt: skip
         res["png"] = str(plot(res, out))
         log(f"  plot: {res['png']}")

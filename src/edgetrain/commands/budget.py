@@ -43,7 +43,13 @@ def register(app: typer.Typer) -> None:
         budget: str = typer.Option(
             "0.5",
             "--budget",
-            help="Fraction of the unplanned saved-activation peak (0.5) or a size (300MB, 256MiB).",
+            help="Fraction of the unplanned peak of the --scope (0.5) or a size (300MB, 256MiB).",
+        ),
+        scope: str = typer.Option(
+            "saved",
+            "--scope",
+            help="saved: the budget bounds autograd's saved tensors; all: every allocation "
+            "of the step (saved tensors, parameter gradients, workspace).",
         ),
         method: str = typer.Option(
             "hybrid", "--method", help="hybrid | recompute | compress | swap | none"
@@ -62,19 +68,22 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Train one step of a zoo model under a memory budget; measured peak, time and error."""
         from edgetrain.engine.budget import run_budget
-        from edgetrain.engine.budget.planner import METHODS
+        from edgetrain.engine.budget.planner import METHODS, SCOPES
         from edgetrain.errors import ConfigError
 
         if method not in METHODS:
             raise ConfigError(f"--method {method!r}; expected one of {', '.join(METHODS)}")
+        if scope not in SCOPES:
+            raise ConfigError(f"--scope {scope!r}; expected one of {', '.join(SCOPES)}")
         if repeats < 1:
             raise ConfigError(f"--repeats {repeats}; expected >= 1")
         net, inputs, loss_fn = zoo_task(model, batch, seed)
         if not json_out:
             err_console.print(f"profiling {model} (batch {batch}) and running {method} ...")
         rep = run_budget(
-            net, inputs, loss_fn, budget, method, repeats=repeats, seed=seed, autotune=autotune
-        )
+            net, inputs, loss_fn, budget, method, repeats=repeats, seed=seed, autotune=autotune,
+            scope=scope,
+        )  # fmt: skip
         if plan_out is not None:
             rep.plan.save(plan_out)
         row = {
@@ -94,6 +103,12 @@ def register(app: typer.Typer) -> None:
             "predicted_overhead_s": rep.predicted_overhead_s,
             "peak_rss_bytes": rep.peak_rss_bytes,
             "units": len(rep.plan.units),
+            "budget_scope": rep.budget_scope,
+            "predicted_alloc_peak_bytes": rep.predicted_alloc_peak_bytes,
+            "measured_alloc_peak_bytes": rep.measured_alloc_peak_bytes,
+            "unplanned_alloc_peak_bytes": rep.unplanned_alloc_peak_bytes,
+            # the check of the scope: measured (saved or all-allocation) peak <= budget
+            "within_budget": rep.within_budget,
         }
         if autotune:
             row["autotune"] = rep.extra["autotune"]

@@ -4,19 +4,28 @@ profile_model -> plan (hybrid | recompute | compress | swap | none) -> Execution
 -> PlanExecutor (measured by MemoryAccountant; units keep / recompute / compress /
 swap, cheap leaves and leaf chains regen, ReLU-family leaves mask, parameter-free
 multi-input leaves such as attention's core recompute); BudgetPredictor
-for the budget itself.
+for the budget itself.  ``scope="all"`` budgets every allocation of the step
+(saved tensors, parameter gradients, the rest measured: :mod:`.alloc`).
 """
 
-from edgetrain.engine.budget.accountant import MemoryAccountant, peak_rss_bytes
+from edgetrain.engine.budget.accountant import (
+    MemoryAccountant,
+    alloc_peak_bytes,
+    peak_rss_bytes,
+    step_alloc_peak,
+)
+from edgetrain.engine.budget.alloc import AllocTimeline
 from edgetrain.engine.budget.autotune import autotune
 from edgetrain.engine.budget.executor import PlanExecutor
 from edgetrain.engine.budget.plan import PLAN_VERSION, ExecutionPlan, UnitDecision
 from edgetrain.engine.budget.planner import (
     METHODS,
+    SCOPES,
     minimum_budget,
     plan,
     plan_candidates,
     simulate,
+    simulate_all,
 )
 from edgetrain.engine.budget.predictor import BudgetPredictor, MemorySample, sample_linux
 from edgetrain.engine.budget.profile import (
@@ -40,6 +49,8 @@ from edgetrain.engine.budget.swap import IoContentionModel
 __all__ = [
     "METHODS",
     "PLAN_VERSION",
+    "SCOPES",
+    "AllocTimeline",
     "BudgetPredictor",
     "BudgetReport",
     "ExecutionPlan",
@@ -54,6 +65,7 @@ __all__ = [
     "RegenProfile",
     "UnitDecision",
     "UnitProfile",
+    "alloc_peak_bytes",
     "autotune",
     "codecs_for",
     "minimum_budget",
@@ -66,5 +78,7 @@ __all__ = [
     "run_budget",
     "sample_linux",
     "simulate",
+    "simulate_all",
+    "step_alloc_peak",
     "step_order",
 ]

@@ -136,3 +136,106 @@ class MemoryAccountant:
         """Count every saved tensor not handled by an inner (planned) hook."""
         with torch.autograd.graph.saved_tensors_hooks(self.pack_keep, self.unpack_keep):
             yield self
+
+
+# -- every allocation of a step ---------------------------------------------------
+#: name prefix of the profiler ranges that mark positions in a step (:func:`alloc_events`)
+MARK = "edgetrain_mark:"
+
+
+def mark(name: str) -> None:
+    """An empty profiler range named ``MARK + name``: a timestamp on the clock of the
+    profiler's allocation events (used to split a step into the planner's steps)."""
+    with torch.profiler.record_function(MARK + name):
+        pass
+
+
+def alloc_events(fn) -> list[tuple[int, int, int, str | None]]:
+    """Every CPU allocation and free made while ``fn()`` runs, with the marks
+    (:func:`mark`) it emits, in time order: ``(time_ns, size, ptr, mark_name)`` --
+    ``size`` > 0 allocates, < 0 frees, 0 with a name is a mark.  From the torch
+    profiler's memory events (``profile_memory=True``)."""
+    from torch._C._profiler import _EventType
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        fn()
+    out: list[tuple[int, int, int, str | None]] = []
+    stack = list(prof.profiler.kineto_results.experimental_event_tree())
+    while stack:
+        n = stack.pop()
+        if n.tag == _EventType.Allocation:
+            out.append((n.start_time_ns, n.extra_fields.alloc_size, n.extra_fields.ptr, None))
+        elif n.tag == _EventType.TorchOp and n.name.startswith(MARK):
+            out.append((n.start_time_ns, 0, 0, n.name[len(MARK) :]))
+        stack.extend(n.children)
+    out.sort(key=lambda e: (e[0], e[3] is None))
+    return out
+
+
+def alloc_peak_bytes(fn) -> int:
+    """Peak of the running sum of *every* CPU allocation made while ``fn()`` runs (bytes).
+
+    The accountant counts autograd's saved tensors only; a compiled min-cut backward
+    recomputes activations as graph locals, which it never sees.  This counts what the
+    allocator hands out during the call -- saved and recomputed activations, gradients,
+    workspace, temporaries -- from the torch profiler's allocation events, in time order.
+    A free lowers the sum only when its block was allocated inside the call (matched by
+    pointer): blocks allocated before it (the previous step's gradients, the caller's
+    tensors) are not part of this step, and the profiler reports their frees in some
+    paths and not in others.  Memory already held when ``fn`` starts (parameters,
+    inputs) is not included.
+    """
+    live: dict[int, int] = {}
+    cur = peak = 0
+    for _, size, ptr, name in alloc_events(fn):
+        if name is not None:
+            continue
+        if size > 0:
+            live[ptr] = live.get(ptr, 0) + size
+            cur += size
+        elif ptr in live:
+            cur -= live.pop(ptr)
+        peak = max(peak, cur)
+    return peak
+
+
+def run_plan_step(model, plan, inputs, loss_fn, acc: MemoryAccountant) -> None:
+    """One forward + loss + backward of an ``ExecutionPlan`` under ``acc`` (untimed)."""
+    from edgetrain.engine.budget.executor import PlanExecutor
+
+    with PlanExecutor(model, plan, accountant=acc) as ex:
+        ex.step(inputs, loss_fn)
+
+
+def step_alloc_peak(model, entry, inputs, loss_fn, seed: int = 0, run=None) -> tuple[int, int]:
+    """(all-allocation peak, accountant peak) of one training step of ``entry``: a
+    warm-up step (compilation, lazy buffers), then one step under
+    :func:`alloc_peak_bytes`, each from the same weights with the gradients set to None
+    (``zero_grad(set_to_none=True)``, so the step allocates its gradients and they
+    count).  ``run(model, entry, inputs, loss_fn, acc)`` runs one step (default: an
+    ``ExecutionPlan`` through the executor, :func:`run_plan_step`).  Untimed; the
+    model's weights are restored and its gradients cleared afterwards."""
+    import copy
+
+    run = run or run_plan_step
+    state = copy.deepcopy(model.state_dict())
+
+    def reset() -> None:
+        model.load_state_dict(state)
+        model.zero_grad(set_to_none=True)
+
+    box: dict[str, int] = {}
+
+    def once() -> None:
+        torch.manual_seed(seed)
+        acc = MemoryAccountant(exclude=model_state_tensors(model))
+        run(model, entry, inputs, loss_fn, acc)
+        box["acc"] = acc.peak
+
+    reset()
+    once()
+    reset()
+    peak = alloc_peak_bytes(once)
+    reset()
+    return peak, box["acc"]

@@ -70,6 +70,7 @@ from torch.overrides import TorchFunctionMode
 
 from edgetrain.compress.base import Codec
 from edgetrain.engine.budget.accountant import storage_key
+from edgetrain.engine.budget.alloc import AllocTimeline, build_timeline
 from edgetrain.engine.budget.regen import (
     cached_cost,
     cached_measure,
@@ -248,6 +249,9 @@ class ModelProfile:
     regens: list[RegenProfile] = field(default_factory=list)
     masks: list[MaskProfile] = field(default_factory=list)
     leaf_recomputes: list[LeafRecomputeProfile] = field(default_factory=list)
+    #: every allocation of the step besides saved tensors (``scope="all"``), measured by
+    #: ``profile_model(..., alloc_timeline=True)``; None: saved-tensor planning only
+    alloc: AllocTimeline | None = None
 
     def unit(self, name: str) -> UnitProfile:
         for u in self.units:
@@ -492,8 +496,14 @@ def profile_model(
     repeats: int = 3,
     codec_sample_bytes: int = 2 << 20,
     in_situ_steps: int = 10,
+    alloc_timeline: bool = False,
 ) -> ModelProfile:
     """Measure everything the planner needs (see the module docstring).
+
+    ``alloc_timeline``: also measure what the step allocates besides saved tensors
+    (:class:`~edgetrain.engine.budget.alloc.AllocTimeline`: parameter gradients and the
+    measured rest, one warm-up and one profiled unplanned step), which planning with
+    ``scope="all"`` needs.
 
     ``in_situ_steps``: about this many timed training steps per configuration (the
     unplanned model, every mask applied, every recomputable unit recomputed, a set of
@@ -599,7 +609,10 @@ def profile_model(
     masks = _mask_candidates(model, recs, leaf_out, repeats)
     _in_situ_costs(model, inputs, loss_fn, profiles, regens, masks, in_situ_steps)
     lrs = _leaf_recompute_candidates(model, recs, captured, calls, unit_step, repeats)
-    return ModelProfile(profiles, glue, len(items), item_s, total, regens, masks, lrs)
+    prof = ModelProfile(profiles, glue, len(items), item_s, total, regens, masks, lrs)
+    if alloc_timeline:
+        prof.alloc = build_timeline(model, prof, inputs, loss_fn)
+    return prof
 
 
 def _leaf_recompute_candidates(

@@ -22,10 +22,15 @@ import torch
 from torch import nn
 
 from edgetrain.compress import make_codec
-from edgetrain.engine.budget.accountant import MemoryAccountant, model_state_tensors, peak_rss_bytes
+from edgetrain.engine.budget.accountant import (
+    MemoryAccountant,
+    model_state_tensors,
+    peak_rss_bytes,
+    step_alloc_peak,
+)
 from edgetrain.engine.budget.executor import PlanExecutor
 from edgetrain.engine.budget.plan import ExecutionPlan
-from edgetrain.engine.budget.planner import CODECS_FOR, METHODS, plan
+from edgetrain.engine.budget.planner import CODECS_FOR, METHODS, check_scope, plan
 from edgetrain.engine.budget.profile import ModelProfile, profile_model
 from edgetrain.errors import ConfigError
 
@@ -70,6 +75,21 @@ class BudgetReport:
     peak_rss_bytes: int
     plan: ExecutionPlan
     extra: dict[str, Any] = field(default_factory=dict)
+    #: "saved" (the budget bounds autograd's saved tensors) or "all" (every allocation)
+    budget_scope: str = "saved"
+    #: scope "all": the plan's predicted peak over every allocation of the step, the
+    #: measured one (one extra untimed step, :func:`.accountant.step_alloc_peak`) and
+    #: the unplanned step's measured one (what a fractional budget is a fraction of)
+    predicted_alloc_peak_bytes: int | None = None
+    measured_alloc_peak_bytes: int | None = None
+    unplanned_alloc_peak_bytes: int | None = None
+
+    @property
+    def within_budget(self) -> bool:
+        """The measured peak of the budget's scope is at most the budget."""
+        if self.budget_scope == "all":
+            return (self.measured_alloc_peak_bytes or 0) <= self.budget_bytes
+        return self.measured_peak_bytes <= self.budget_bytes
 
     def to_json(self) -> dict[str, Any]:
         d = {k: v for k, v in vars(self).items() if k != "plan"}
@@ -185,28 +205,40 @@ def run_budget(
     profile: ModelProfile | None = None,
     autotune: bool = False,
     tune_repeats: int = 3,
+    scope: str = "saved",
 ) -> BudgetReport:
     """Profile (unless given), plan and measure ``method`` under ``budget``.
 
     ``autotune``: pick the plan by measuring every feasible candidate
     (:func:`~edgetrain.engine.budget.autotune.autotune`, ``tune_repeats`` rounds) instead
     of by predicted overhead; the tuning steps are not among the timed steps and
-    ``extra["autotune"]`` holds what the tuning measured."""
+    ``extra["autotune"]`` holds what the tuning measured.
+
+    ``scope="all"``: the budget bounds every allocation of the step (a fraction is of
+    the unplanned step's measured all-allocation peak); the profile is made with
+    ``alloc_timeline=True``, the plan with ``scope="all"``, and one extra untimed step
+    measures the plan's all-allocation peak (``measured_alloc_peak_bytes``)."""
     if method not in METHODS:
         raise ConfigError(f"unknown budget method {method!r}; expected one of {', '.join(METHODS)}")
+    check_scope(scope)
     torch.manual_seed(seed)
     if profile is None:
-        profile = profile_model(model, inputs, loss_fn, codecs=codecs_for(method))
+        profile = profile_model(
+            model, inputs, loss_fn, codecs=codecs_for(method), alloc_timeline=scope == "all"
+        )
     base = none_plan(profile)
     first = measure_steps(model, {"none": base}, inputs, loss_fn, repeats=0, seed=seed)
     unplanned = first["none"]["peak"]
-    budget_bytes = parse_budget(budget, unplanned)
+    unplanned_all = None
+    if scope == "all":
+        unplanned_all = step_alloc_peak(model, base, inputs, loss_fn, seed=seed)[0]
+    budget_bytes = parse_budget(budget, unplanned if scope == "saved" else unplanned_all)
     extra: dict[str, Any] = {}
     if autotune:
         from edgetrain.engine.budget.autotune import autotune as tune
         from edgetrain.engine.budget.planner import plan_candidates
 
-        cands = plan_candidates(profile, budget_bytes, method)
+        cands = plan_candidates(profile, budget_bytes, method, scope=scope)
         p, info = tune(model, inputs, loss_fn, cands, repeats=tune_repeats, seed=seed)
         info["candidates"] = [
             {"predicted_overhead_s": c.predicted_overhead_s, "decisions": c.decision_counts()}
@@ -214,8 +246,13 @@ def run_budget(
         ]
         extra["autotune"] = info
     else:
-        p = plan(profile, budget_bytes, method)
+        p = plan(profile, budget_bytes, method, scope=scope)
     res = measure_steps(model, {"none": base, method: p}, inputs, loss_fn, repeats, seed)
+    measured_all = None
+    predicted_saved = p.predicted_peak_bytes
+    if scope == "all":
+        measured_all = step_alloc_peak(model, p, inputs, loss_fn, seed=seed)[0]
+        predicted_saved = p.meta.get("predicted_saved_peak_bytes", predicted_saved)
     none_s = statistics.median(res["none"]["times"]) if repeats else float("nan")
     plan_s = statistics.median(res[method]["times"]) if repeats else float("nan")
     return BudgetReport(
@@ -223,7 +260,7 @@ def run_budget(
         budget_bytes=budget_bytes,
         unplanned_peak_bytes=unplanned,
         measured_peak_bytes=res[method]["peak"],
-        predicted_peak_bytes=p.predicted_peak_bytes,
+        predicted_peak_bytes=predicted_saved,
         step_time_ratio=plan_s / none_s if repeats else float("nan"),
         decisions={k: v for k, v in p.decision_counts().items()},
         max_abs_grad_error=max_grad_diff(res[method]["grads"], res["none"]["grads"]),
@@ -234,4 +271,8 @@ def run_budget(
         peak_rss_bytes=peak_rss_bytes(),
         plan=p,
         extra=extra,
+        budget_scope=scope,
+        predicted_alloc_peak_bytes=p.predicted_peak_bytes if scope == "all" else None,
+        measured_alloc_peak_bytes=measured_all,
+        unplanned_alloc_peak_bytes=unplanned_all,
     )
