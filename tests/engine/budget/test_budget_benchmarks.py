@@ -360,3 +360,18 @@ def test_budget_overhead_by_kind(capsys, tmp_path):
             assert r["grad_err"] == 0.0
         assert r["alloc_peak_bytes"] >= r["alloc_step_saved_peak"] > 0
     assert sorted(map(tuple, parts)) == sorted(map(tuple, hyb["plan"]))
+
+
+def test_budget_alloc_model_benchmark_quick(capsys):
+    """The all-allocation model's own benchmark: measured peaks within the budget, and
+    the unplanned step predicted to the byte (its residual is measured on that step)."""
+    assert _load("budget_alloc_model").main(["--quick", "--json"]) == 0
+    (res,) = json.loads(capsys.readouterr().out)
+    rows = res["rows"]
+    assert rows[0]["method"] == "none" and rows[0]["error"] == 0
+    planned = [r for r in rows if r["budget"] is not None]
+    assert {r["budget"] for r in planned} == {"0.8", "min"}
+    for r in planned:
+        assert r["feasible"] and r["within_budget"], r
+        assert r["measured"] <= r["budget_bytes"]
+        assert -0.10 <= r["error"] <= 0.0, r  # over-prediction only, and by < 10 %
