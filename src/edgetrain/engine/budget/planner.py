@@ -333,13 +333,21 @@ def simulate_all(profile: ModelProfile, states: dict[str, State]) -> np.ndarray:
             mem[2 * t - 1 - u.step] += b
             if d == "compress":
                 mem[2 * t - 1 - u.step] += int(COMPRESS_MARGIN_LEAVES * u.leaf_max_bytes)
+    for x in profile.leaf_recomputes:  # a recomputed leaf keeps the RNG state too
+        if (
+            states.get(x.state_key, ("keep",))[0] == "recompute"
+            and states.get(x.unit, ("keep",))[0] != "recompute"
+        ):
+            mem[x.step : 2 * t - x.step] += _rng_state_bytes()
     return mem
 
 
 def _rng_state_bytes() -> int:
     """Bytes of the CPU RNG state a recomputed unit holds from its forward to its
-    backward (``PlanExecutor`` keeps ``torch.get_rng_state()`` to replay dropout):
-    measured on BERT-small b4 as a constant 10,112 B over two recomputed units."""
+    backward (``PlanExecutor`` keeps ``torch.get_rng_state()`` to replay dropout; so
+    does a recomputed leaf such as attention's core): measured on BERT-small b4 as a
+    constant 10,112 B over two recomputed units, and on BERT-small b8 as 10,112 B over
+    two recomputed attention cores."""
     import torch
 
     return int(torch.get_rng_state().numel())
