@@ -1,0 +1,104 @@
+"""benchmarks/fedhybrid_tta.py --task bbc-bert: Table 3's NLP task at tiny scale.
+
+The quick run trains a tiny BERT for real on BBC News articles and prints the Table 3
+layout and the FedHybrid-vs-Oort comparison; the default task stays MNIST.
+"""
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+BENCH = Path(__file__).resolve().parents[2] / "benchmarks" / "fedhybrid_tta.py"
+
+
+@pytest.fixture(scope="module")
+def tta():
+    spec = importlib.util.spec_from_file_location("fedhybrid_tta_bbc", BENCH)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_bbc_quick_prints_table3_layout(tta, capsys, tmp_path):
+    out_file = tmp_path / "bbc.json"
+    argv = ["--task", "bbc-bert", "--quick", "--aggregators", "fedprox", "--no-scale",
+            "--no-ablations", "--methods", "random,oort,fedhybrid", "--extend", "1.0",
+            "--out", str(out_file)]  # fmt: skip
+    assert tta.main(argv) == 0
+    text = capsys.readouterr().out
+    assert "Table 3/4 layout -- BBC News (small BERT at half width" in text
+    assert "Table 3 comparison (+fedprox): FedHybrid vs Oort" in text
+    assert "final FedHybrid - Oort:" in text
+    assert "client-rounds over the run: selected / killed / page reclaim" in text
+    out = json.loads(out_file.read_text())
+    rows = out["tables"]["fedprox"]
+    assert [r["method"] for r in rows] == ["random", "oort", "fedhybrid"]
+    assert all(r["rounds"] == 3 for r in rows)  # --extend 1.0: no extra rounds
+    summ = out["summary"]["fedprox"]
+    by = {r["method"]: r for r in rows}
+    diff = 100 * (by["fedhybrid"]["final_accuracy"] - by["oort"]["final_accuracy"])
+    assert summ["final_diff_points"] == pytest.approx(diff)
+    assert summ["common_rounds"] == [1, 2, 3]
+    assert summ["round_to_target"]["random"] is not None  # Random reaches its own best
+    curves = out["curves"]["fedprox"]
+    for m, accs in summ["acc_at_round"].items():
+        assert accs == [curves[m][n - 1][1] for n in (1, 2, 3)]
+    for lost in summ["lost"].values():
+        # every selected client-round has one outcome: int(1.3 x 4) = 5 a round
+        assert lost["selected"] == 5 * 3
+        assert 0 <= lost["killed"] + lost["pressure"] + lost["late"] <= lost["selected"]
+    task = out["task"]
+    assert task["name"] == "bbc-bert" and task["clients"] == 12
+    # the held-out split of the 300 sampled articles, all of it evaluated
+    assert task["train_samples"] + int(task["eval"].split("(")[1].split()[0]) == 300
+
+
+def test_default_task_is_mnist(tta):
+    a = tta.task_config(True, "fedprox", 0)
+    assert a == tta.task_config(True, "fedprox", 0, task="mnist")
+    assert (a.data.name, a.model.name) == ("mnist5k", "lenet")
+    b = tta.task_config(False, "fedprox", 3, task="bbc-bert")
+    assert (b.data.name, b.model.name, b.fleet.clients) == ("bbc", "bert-small", 100)
+    f = b.federated
+    assert (f.clients_per_round, f.local_steps, f.batch_size, f.lr) == (20, 1, 8, 0.1)
+    assert b.memory.m_g == "share:0.7" and b.partition.alpha == 0.1
+    assert b.clock.flops_per_sample == 7.4e9 and b.clock.model_bytes == 1.16e8
+    assert b.memory.plan_model.options["hidden"] == 256  # the example's BERT is planned
+
+
+def test_table3_summary_hand_computed(tta):
+    def rec(t, acc, killed=0, pressure=0):
+        return {"sim_time_s": t, "accuracy": acc,
+                "outcomes": {"fit": 2, "killed": killed, "pressure": pressure, "late": 0}}  # fmt: skip
+
+    recs = {
+        "random": [rec(10, 0.2, 2), rec(20, 0.3, 1, 1), rec(30, 0.4, 2)],
+        "oort": [rec(10, 0.25, 1), rec(20, 0.35), rec(30, 0.38)],
+        "fedhybrid": [rec(5, 0.3), rec(10, 0.45), rec(15, 0.5), rec(20, 0.55)],
+    }
+    rows = [
+        {"method": "random", "time_to_target_s": 30, "final_accuracy": 0.4, "best_accuracy": 0.4,
+         "target_accuracy": 0.4},
+        {"method": "oort", "time_to_target_s": None, "final_accuracy": 0.38,
+         "best_accuracy": 0.38},
+        {"method": "fedhybrid", "time_to_target_s": 10, "final_accuracy": 0.55,
+         "best_accuracy": 0.55},
+    ]  # fmt: skip
+    s = tta.table3_summary(rows, recs)
+    assert s["fedhybrid_vs_oort"] is None and not s["oort_reached"] and s["fedhybrid_reached"]
+    assert s["final_diff_points"] == pytest.approx(17.0)
+    assert s["best_diff_points"] == pytest.approx(17.0)
+    assert s["common_rounds"] == [1, 2, 3]  # the shortest run has 3 rounds
+    assert s["acc_at_round"]["fedhybrid"] == [0.3, 0.45, 0.5]
+    # last eighth of 3 common rounds: round 3 alone
+    assert s["last_rounds"] == 1 and s["last_mean"] == {"random": 0.4, "oort": 0.38,
+                                                        "fedhybrid": 0.5}  # fmt: skip
+    assert s["last_mean_diff_points"] == pytest.approx(12.0)
+    assert s["round_to_target"] == {"random": 3, "oort": None, "fedhybrid": 2}
+    assert s["lost"]["random"] == {
+        "selected": 12, "killed": 5, "pressure": 1, "late": 0, "planned": 0,
+    }  # fmt: skip
+    rows[1]["time_to_target_s"] = 25
+    assert tta.table3_summary(rows, recs)["fedhybrid_vs_oort"] == pytest.approx(2.5)
