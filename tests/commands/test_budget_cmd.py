@@ -60,3 +60,26 @@ def test_budget_user_errors(capsys, args, msg):
     code, out, err = _run(capsys, "--model", "ds-cnn", "--batch", "2", "--repeats", "1", *args)
     assert code == 2 and out == ""
     assert msg in err.replace("\n", " ")
+
+
+# -- --scope all: the budget over every allocation of the step ------------------------
+def test_cli_scope_all_json(capsys):
+    code, out, _ = _run(
+        capsys, "--model", "ds-cnn", "--batch", "4", "--budget", "0.8", "--method", "hybrid",
+        "--repeats", "1", "--scope", "all", "--json",
+    )  # fmt: skip
+    assert code == 0
+    row = json.loads(out)
+    assert row["budget_scope"] == "all"
+    assert row["budget_bytes"] == int(0.8 * row["unplanned_alloc_peak_bytes"])
+    assert row["predicted_alloc_peak_bytes"] <= row["budget_bytes"]
+    assert row["measured_alloc_peak_bytes"] <= row["budget_bytes"]
+    assert row["within_budget"] is True
+    for key in ("measured_peak_bytes", "predicted_peak_bytes", "step_time_ratio", "decisions"):
+        assert key in row
+
+
+def test_cli_bad_scope(capsys):
+    code, out, err = _run(capsys, "--model", "ds-cnn", "--batch", "2", "--scope", "everything")
+    assert code == 2 and out == ""
+    assert "--scope" in err

@@ -12,7 +12,6 @@ from hypothesis import strategies as st
 from torch import nn
 
 from edgetrain import models
-from edgetrain.cli import main
 from edgetrain.engine.budget import minimum_budget, plan, profile_model, run_budget
 from edgetrain.engine.budget.accountant import alloc_peak_bytes, step_alloc_peak
 from edgetrain.engine.budget.alloc import AllocTimeline, grad_schedule
@@ -211,39 +210,6 @@ def test_run_budget_scope_all_reports_and_checks_the_all_allocation_peak():
     assert rep.measured_alloc_peak_bytes <= rep.budget_bytes and rep.within_budget
     assert rep.max_abs_grad_error == 0.0
     assert rep.to_json()["plan"]["meta"]["scope"] == "all"
-
-
-# -- the command ---------------------------------------------------------------------------
-def _run(capsys, *args: str) -> tuple[int, str, str]:
-    code = 0
-    try:
-        main(["budget", *args])
-    except SystemExit as exc:
-        code = int(exc.code or 0)
-    out = capsys.readouterr()
-    return code, out.out, out.err
-
-
-def test_cli_scope_all_json(capsys):
-    code, out, _ = _run(
-        capsys, "--model", "ds-cnn", "--batch", "4", "--budget", "0.8", "--method", "hybrid",
-        "--repeats", "1", "--scope", "all", "--json",
-    )  # fmt: skip
-    assert code == 0
-    row = json.loads(out)
-    assert row["budget_scope"] == "all"
-    assert row["budget_bytes"] == int(0.8 * row["unplanned_alloc_peak_bytes"])
-    assert row["predicted_alloc_peak_bytes"] <= row["budget_bytes"]
-    assert row["measured_alloc_peak_bytes"] <= row["budget_bytes"]
-    assert row["within_budget"] is True
-    for key in ("measured_peak_bytes", "predicted_peak_bytes", "step_time_ratio", "decisions"):
-        assert key in row
-
-
-def test_cli_bad_scope(capsys):
-    code, out, err = _run(capsys, "--model", "ds-cnn", "--batch", "2", "--scope", "everything")
-    assert code == 2 and out == ""
-    assert "--scope" in err
 
 
 def test_simulate_all_counts_the_rng_state_of_a_recomputed_leaf():
