@@ -16,7 +16,7 @@ from __future__ import annotations
 import resource
 import sys
 import weakref
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 
 import torch
@@ -173,6 +173,31 @@ def alloc_events(fn) -> list[tuple[int, int, int, str | None]]:
     return out
 
 
+def replay_allocs(
+    events: Iterable[tuple[int, int, int, str | None]],
+) -> Iterator[tuple[str | None, int, int, int]]:
+    """The running sum of the allocations in ``events`` (:func:`alloc_events`), event by
+    event: ``(mark, change, ptr, level)`` -- ``mark`` the mark's name (``change`` 0) or
+    None; ``change`` the bytes the event adds (an allocation) or removes (a free of a block
+    allocated within ``events``, matched by pointer; a free of an earlier block changes
+    nothing); ``level`` the sum after it.  The one replay behind :func:`alloc_peak_bytes`
+    and the planner's per-step timeline (:func:`.alloc.measure_alloc_timeline`)."""
+    live: dict[int, int] = {}
+    level = 0
+    for _, size, ptr, name in events:
+        if name is not None:
+            yield name, 0, ptr, level
+            continue
+        change = 0
+        if size > 0:
+            live[ptr] = live.get(ptr, 0) + size
+            change = size
+        elif ptr in live:
+            change = -live.pop(ptr)
+        level += change
+        yield None, change, ptr, level
+
+
 def alloc_peak_bytes(fn) -> int:
     """Peak of the running sum of *every* CPU allocation made while ``fn()`` runs (bytes).
 
@@ -184,20 +209,12 @@ def alloc_peak_bytes(fn) -> int:
     pointer): blocks allocated before it (the previous step's gradients, the caller's
     tensors) are not part of this step, and the profiler reports their frees in some
     paths and not in others.  Memory already held when ``fn`` starts (parameters,
-    inputs) is not included.
+    inputs) is not included; nor is memory allocated outside torch's allocator (a
+    codec's encoded ``bytes``, numpy arrays), which the profiler does not see.
     """
-    live: dict[int, int] = {}
-    cur = peak = 0
-    for _, size, ptr, name in alloc_events(fn):
-        if name is not None:
-            continue
-        if size > 0:
-            live[ptr] = live.get(ptr, 0) + size
-            cur += size
-        elif ptr in live:
-            cur -= live.pop(ptr)
-        peak = max(peak, cur)
-    return peak
+    return max(
+        (lv for name, _, _, lv in replay_allocs(alloc_events(fn)) if name is None), default=0
+    )
 
 
 def run_plan_step(model, plan, inputs, loss_fn, acc: MemoryAccountant) -> None:

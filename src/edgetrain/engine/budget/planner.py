@@ -288,20 +288,6 @@ def check_scope(scope: str) -> str:
     return scope
 
 
-#: margin of the all-allocation model (``scope="all"``), in largest-leaf saved bytes added
-#: at a compressed unit's backward step.  Why: the measured decode transients
-#: (``alloc.fix``) come from a step with *every* unit compressed; in hybrid's mixed plans
-#: (compression beside recomputed and masked units) a compressed unit's backward held
-#: more, measured on MobileNetV2 b8 at hybrid's minimum all-allocation budget: +3.15 MB
-#: beyond the model at features.2.conv.1 (largest leaf 4.72 MB; the prediction 9.5 %
-#: short of the measured peak), +1.44 MB at features.1.conv.1 (leaf 3.15 MB); with a
-#: margin of one leaf the walk chose another plan and fell short again by 2.29 MB at
-#: the same unit, i.e. 1.49 leaves in all.  The cause is not isolated (a step with every
-#: other unit compressed measured no larger excess), so the margin is that measured
-#: 1.49, rounded up.
-COMPRESS_MARGIN_LEAVES = 1.5
-
-
 def simulate_all(profile: ModelProfile, states: dict[str, State]) -> np.ndarray:
     """Predicted bytes of *every* allocation of the step at every step under ``states``
     (``scope="all"``; the model is :mod:`edgetrain.engine.budget.alloc`'s): the saved
@@ -309,8 +295,14 @@ def simulate_all(profile: ModelProfile, states: dict[str, State]) -> np.ndarray:
     unplanned step, the RNG state a recomputed unit keeps, the forward transient of
     every recomputed / compressed / swapped unit (its largest leaf's saved bytes,
     materialised before it is dropped or encoded), what the decisions' transients
-    measured beyond that (``alloc.fix``) and the compression margin
-    (:data:`COMPRESS_MARGIN_LEAVES`)."""
+    measured beyond that (``alloc.fix``) and, at a compressed / swapped unit's backward
+    step, the bytes its released tensors took off the measured rest
+    (``alloc.released``, at most the unit's float bytes).
+
+    Round 10 added a blanket 1.5 x the unit's largest leaf there instead, fitted to
+    the shortfall on MobileNetV2 b8; the shortfall was ``released`` (measured, per unit
+    and step: 9,438,336 B at features.2.conv.1, 2.0 leaves; 786,624 B at
+    features.2.conv.2, 0.17 leaves)."""
     if profile.alloc is None:
         raise ConfigError(
             "budget scope 'all' needs the step's allocations profiled; profile with "
@@ -321,6 +313,7 @@ def simulate_all(profile: ModelProfile, states: dict[str, State]) -> np.ndarray:
     mem = mem + np.asarray(profile.alloc.residual, dtype=np.int64)
     t = profile.n_steps
     fix = profile.alloc.fix
+    released = profile.alloc.released
     for u in profile.units:
         d, codec = states.get(u.name, ("keep", None))
         if d == "recompute":  # the executor keeps the CPU RNG state for the re-run
@@ -331,8 +324,8 @@ def simulate_all(profile: ModelProfile, states: dict[str, State]) -> np.ndarray:
             f, b = fix.get(kind, {}).get(u.name, (0, 0))
             mem[u.step] += f
             mem[2 * t - 1 - u.step] += b
-            if d == "compress":
-                mem[2 * t - 1 - u.step] += int(COMPRESS_MARGIN_LEAVES * u.leaf_max_bytes)
+            if d != "recompute" and released:  # its raw tensors are gone from its backward
+                mem[2 * t - 1 - u.step] += min(released[2 * t - 1 - u.step], u.float_bytes)
     for x in profile.leaf_recomputes:  # a recomputed leaf keeps the RNG state too
         if (
             states.get(x.state_key, ("keep",))[0] == "recompute"

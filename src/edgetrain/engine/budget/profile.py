@@ -501,9 +501,11 @@ def profile_model(
     """Measure everything the planner needs (see the module docstring).
 
     ``alloc_timeline``: also measure what the step allocates besides saved tensors
-    (:class:`~edgetrain.engine.budget.alloc.AllocTimeline`: parameter gradients and the
-    measured rest, one warm-up and one profiled unplanned step), which planning with
-    ``scope="all"`` needs.
+    (:class:`~edgetrain.engine.budget.alloc.AllocTimeline`: parameter gradients, the
+    measured rest and the bytes each backward step had released before its peak, from
+    one warm-up and one profiled unplanned step; the decisions' transients from one
+    step with every recomputable unit recomputed and one with every unit compressed),
+    which planning with ``scope="all"`` needs.
 
     ``in_situ_steps``: about this many timed training steps per configuration (the
     unplanned model, every mask applied, every recomputable unit recomputed, a set of
