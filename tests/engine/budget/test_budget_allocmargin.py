@@ -17,7 +17,14 @@ from torch import nn
 
 from edgetrain import models
 from edgetrain.engine.budget import profile_model
-from edgetrain.engine.budget.accountant import alloc_peak_bytes, replay_allocs
+from edgetrain.engine.budget.accountant import (
+    MarkingAccountant,
+    alloc_peak_bytes,
+    model_state_tensors,
+    replay_allocs,
+    run_plan_step,
+    step_alloc_peak,
+)
 from edgetrain.engine.budget.alloc import (
     measure_alloc_steps,
     plan_states,
@@ -193,3 +200,35 @@ def test_kept_and_recomputed_units_get_no_released_bytes(tiny):
     finally:
         prof.alloc.released = released
     assert all((a == c).all() for a, c in zip(with_r, without, strict=True))
+
+
+def test_step_alloc_peak_counts_the_encoded_buffers_outside_torch(tiny):
+    """The default measurement adds what the executor holds outside torch's allocator
+    (the codec's encoded ``bytes``): above the profiler's view by at most those bytes,
+    and equal to it for a plan that holds none."""
+    model, inputs, loss_fn, prof = tiny
+    units = [u for u in prof.units if "mix" in u.codecs and u.float_bytes][:3]
+    assert units
+    p = ExecutionPlan(
+        "hybrid", 1, 1, 1, 0.0, [UnitDecision(u.name, "compress", "mix") for u in units]
+    )
+    torch_only, _ = step_alloc_peak(model, p, inputs, loss_fn, held=False)
+    held, acc_peak = step_alloc_peak(model, p, inputs, loss_fn)
+
+    class Counting(MarkingAccountant):
+        encoded = 0
+
+        def hold_bytes(self, nbytes: int, owner: object) -> None:
+            Counting.encoded += nbytes
+            super().hold_bytes(nbytes, owner)
+
+    run_plan_step(model, p, inputs, loss_fn, Counting(exclude=model_state_tensors(model)))
+    model.zero_grad(set_to_none=True)
+    assert Counting.encoded > 0
+    assert 0 < held - torch_only <= Counting.encoded
+    assert acc_peak > 0
+    rc = ExecutionPlan("hybrid", 1, 1, 1, 0.0, [UnitDecision(units[0].name, "recompute", None)])
+    assert (
+        step_alloc_peak(model, rc, inputs, loss_fn)[0]
+        == step_alloc_peak(model, rc, inputs, loss_fn, held=False)[0]
+    )

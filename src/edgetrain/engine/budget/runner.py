@@ -78,7 +78,9 @@ class BudgetReport:
     #: "saved" (the budget bounds autograd's saved tensors) or "all" (every allocation)
     budget_scope: str = "saved"
     #: scope "all": the plan's predicted peak over every allocation of the step, the
-    #: measured one (one extra untimed step, :func:`.accountant.step_alloc_peak`) and
+    #: measured one (one extra untimed step, :func:`.accountant.step_alloc_peak`: torch's
+    #: allocations plus the encoded buffers and mask bits the executor holds outside
+    #: them, i.e. what the process held) and
     #: the unplanned step's measured one (what a fractional budget is a fraction of)
     predicted_alloc_peak_bytes: int | None = None
     measured_alloc_peak_bytes: int | None = None
