@@ -79,6 +79,7 @@ from edgetrain.decentralized.trainer import (
     run_chain,
     training_flops_per_sample,
 )
+from edgetrain.engine.budget.stats import paired_summary
 
 SECTIONS = (
     "acc",
@@ -819,6 +820,7 @@ def exploration_section(
     # Fig. 8a: per (N, strategy) the learning slot's cost until it ends (greedy policy at
     # the bar, where the Chain scheduler stops; the budget if never): env steps, CPU s
     cost: dict = {}
+    per_seed: dict = {}  # (bar, N, strategy) -> each seed's r (same draw and DQN seed per r)
     for bar in bars:
         for n in ns:
             row: list = [bar, n]
@@ -851,6 +853,7 @@ def exploration_section(
                     cpu.append(res.cpu_at[end])
                 if bar == bars[0]:
                     cost[n, expl] = (steps, cpu)
+                per_seed[bar, n, expl] = reward
                 row += [
                     statistics.median(greedy),
                     statistics.median(reward),
@@ -875,6 +878,43 @@ def exploration_section(
         rows,
     )
     _training_time_table(ns, reps, budget, bars[0], strategies, cost)
+    _paired_exploration_table(ns, reps, bars, strategies, per_seed)
+
+
+def _paired_exploration_table(ns, reps: int, bars, strategies, per_seed: dict) -> None:
+    """Fig. 8b paired by seed: seed r runs every strategy on the same busy draw with the
+    same DQN seed, so each strategy's r can be compared with the first strategy's seed by
+    seed -- the ratio other / first (above 1: the first converges sooner), its median with
+    an order-statistic interval, and on how many seeds the first is sooner, with a
+    one-sided sign test (ties excluded)."""
+    if len(strategies) < 2:
+        return
+    first = strategies[0]
+    rows = []
+    for bar in bars:
+        for n in ns:
+            a = per_seed[bar, n, first]
+            for e in strategies[1:]:
+                b = per_seed[bar, n, e]
+                ratios = [y / x for x, y in zip(a, b, strict=True)]
+                summ = paired_summary(ratios)
+                sooner = sum(x < y for x, y in zip(a, b, strict=True))
+                later = sum(x > y for x, y in zip(a, b, strict=True))
+                m = sooner + later
+                p = sum(math.comb(m, i) for i in range(sooner, m + 1)) / 2.0**m if m else 1.0
+                rows.append(
+                    [bar, n, f"{e.upper()} / {first.upper()}",
+                     f"{summ.median:.2f} [{summ.lo:.2f}, {summ.hi:.2f}] ({summ.coverage:.0%})",
+                     f"{sooner} / {later} / {reps - m}", f"{p:.3f}"]
+                )  # fmt: skip
+    table(
+        f"Fig. 8b paired by seed ({reps} seeds): r of each strategy over {first.upper()}'s "
+        f"(the 10-episode mean training reward reaching the bar; unconverged = the budget); "
+        f"{first.upper()} sooner / later / tie, one-sided sign test that {first.upper()} "
+        "converges sooner",
+        ["bar", "N", "ratio", "median [interval]", "sooner / later / tie", "p"],
+        rows,
+    )
 
 
 def _training_time_table(ns, reps: int, budget: int, bar: str, strategies, cost: dict) -> None:

@@ -24,6 +24,7 @@ def test_mdldroid_benchmark_quick(capsys):
         "Chain vs Central numerics",
         "Eq. 8 threshold vs the best reachable return",
         "episodes to convergence",
+        "Fig. 8b paired by seed",
         "Chain vs Tree / Ring over DQN seeds [0, 1]",
         "Fig. 8a: Chain-scheduler training time",
         "Speed-up",
@@ -94,3 +95,21 @@ def test_mdldroid_benchmark_quick(capsys):
     assert nm[1] == "3"
     assert int(nm[8]) == 0 and float(nm[9]) == 0 and float(nm[11]) == 0
     assert float(nm[12]) == 0
+
+
+def test_paired_exploration_table_counts_and_sign_test(capsys):
+    """Seed by seed: DGE's r over TDGE's, TDGE sooner on 3, later on 1, tied on 1; the
+    one-sided sign test over the 4 untied seeds is P(X >= 3) = 5/16."""
+    spec = importlib.util.spec_from_file_location("mdldroid_bench", BENCH)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    per_seed = {
+        ("eq8", 8, "tdge"): [10, 20, 30, 40, 50],
+        ("eq8", 8, "dge"): [20, 40, 60, 20, 50],
+    }
+    mod._paired_exploration_table([8], 5, ("eq8",), ("tdge", "dge"), per_seed)
+    row = next(r for r in capsys.readouterr().out.splitlines() if "DGE / TDGE" in r)
+    cells = [c.strip() for c in row.split("|")]
+    assert cells[5] == "3 / 1 / 1"
+    assert cells[6] == "0.312"
+    assert cells[4].startswith("2.00 ")
