@@ -18,9 +18,13 @@ per round and peak RSS for 1 000 clients x 100 per round, in-process).
     # FedHybrid §5.1's local work (CV): 10 local epochs, batch 64 (capped at the partition)
     .venv/bin/python benchmarks/fedhybrid_tta.py --local-epochs 10 --batch 64
     # Table 3's NLP task: BBC News, small BERT, 100 clients, 20 per round, 1 local step of
-    # batch 8 at lr 0.1, M_G = share:0.7 (see bbc_config)
+    # batch 8 at lr 0.1, M_G = share:0.7 (see bbc_task)
     .venv/bin/python benchmarks/fedhybrid_tta.py --task bbc-bert --aggregators fedprox \
         --no-scale --no-ablations --methods random,oort,fedhybrid --extend 1.5
+    # Table 4 on the NLP task: Oort + Melon / Capuchin / GACT (uniform plans) next to them
+    .venv/bin/python benchmarks/fedhybrid_tta.py --task bbc-bert --aggregators fedprox \
+        --no-scale --no-ablations --extend 1.5 \
+        --methods random,oort,fedhybrid,oort+recompute,oort+swap,oort+compress
 
 Round semantics (defaults, see edgetrain.federated.config): every selector picks
 int(1.3 x k) clients, the round closes at the k-th report or at the deadline (2 x the
@@ -35,8 +39,10 @@ parameters (13.6 MB) per transfer.
 
 Task bbc-bert (Table 3's NLP task): BBC News trained for real with a small BERT, planned
 as examples/federated-bbc-bert.yaml's small BERT, BERT-Small's FLOPs and bytes on the
-clock (``bbc_config``). It adds, per aggregator, the FedHybrid-vs-Oort comparison, the
-accuracy at common rounds and each method's client-rounds lost to kills / page reclaim.
+clock (``bbc_task``). It adds, per aggregator, the FedHybrid-vs-Oort comparison, the
+accuracy at common rounds and each method's client-rounds lost to kills / page reclaim, and
+with Table 4's baselines among the methods, FedHybrid against each of them, the fastest and
+the best (``table4_summary``).
 """
 
 from __future__ import annotations
@@ -106,6 +112,55 @@ MECHANISM_CHECKS = (
 )  # fmt: skip
 
 
+def mnist_task(quick: bool) -> dict:
+    """Task mnist's own fields: MNIST-5k rows through a LeNet-1D proxy, 100 clients, 10 per
+    round, 5 local steps of batch 16 at lr 0.05, M_G = share:0.4; MobileNetV2's plans and
+    phone clock."""
+    return {
+        "name": "tta",
+        "data": {"name": "mnist5k", "reshape": [28, 28]},
+        "model": {"name": "lenet", "options": {"in_channels": 28, "length": 28, "num_classes": 10}},
+        "scale": {"clients": 12, "rounds": 3, "per_round": 4, "samples": 400, "steps": 1}
+        if quick
+        else {"clients": 100, "rounds": 40, "per_round": 10, "samples": 3000, "steps": 5},
+        "batch": 16, "lr": 0.05, "m_g": "share:0.4", "plan_batch": 2 if quick else 8,
+        "plan_model": QUICK_PLAN_MODEL if quick else PLAN_MODEL, "clock": PHONE_CLOCK,
+    }  # fmt: skip
+
+
+def bbc_task(quick: bool) -> dict:
+    """Task bbc-bert's own fields (Table 3's NLP task): BBC News (2 225 articles, 5 topics;
+    20 % held out, the full test split evaluated every round) with a small BERT trained for
+    real (``BERT_MODEL``: half the width of examples/federated-bbc-bert.yaml's, for CPU time).
+
+    FedHybrid §5.1 (NLP): "the batch size is 8, with 400 rounds and a local training
+    iteration of 1 at a learning rate of 0.1. The max sequence length is 128", and for
+    20NEWS "20 out of 100 clients are chosen each round": 100 clients, 20 per round (the
+    selectors pick int(1.3 x 20) = 26, the round closing at the 20th report), one local step
+    of batch 8 at lr 0.1, Dirichlet alpha 0.1 (§5.2). M_G = share:0.7: BERT does not fit
+    70 % of phones unplanned (§2.1 / Fig. 1b). Plans: the example's small BERT
+    (``BERT_PLAN_MODEL``; quick: the trained one) profiled by edgetrain.engine.budget at
+    batch 4 (the example's plan_batch); clock: BERT-Small's FLOPs and bytes
+    (``BERT_CLOCK``). Rounds default to 80 (the paper's 400 do not fit the
+    2-core CPU next to other work; ``--rounds``)."""
+    model = QUICK_BERT_MODEL if quick else BERT_MODEL
+    opts = model["options"]
+    return {
+        "name": "tta-bbc",
+        "data": {"name": "bbc", "reshape": None,
+                 "options": {"max_len": opts["max_len"], "vocab_size": opts["vocab_size"]}},
+        "model": model,
+        "scale": {"clients": 12, "rounds": 3, "per_round": 4, "samples": 300, "steps": 1}
+        if quick
+        else {"clients": 100, "rounds": 80, "per_round": 20, "samples": None, "steps": 1},
+        "batch": 8, "lr": 0.1, "m_g": "share:0.7", "plan_batch": 2 if quick else 4,
+        "plan_model": None if quick else BERT_PLAN_MODEL, "clock": BERT_CLOCK,
+    }  # fmt: skip
+
+
+TASK_FIELDS = {"mnist": mnist_task, "bbc-bert": bbc_task}
+
+
 def task_config(
     quick: bool,
     aggregator: str,
@@ -118,104 +173,45 @@ def task_config(
     plans: str | None = None,
     task: str = "mnist",
 ) -> FederatedConfig:
-    """The benchmark task; ``semantics`` overrides federated fields (memstat, overcommit,
-    failure_report, deadline_factor, straggler_feedback, baseline_plans,
-    baseline_plan_charge, device_plan_generator) to reproduce older behaviour.
+    """The benchmark task: one builder for every task, the task's own fields from
+    ``TASK_FIELDS`` (:func:`mnist_task`, :func:`bbc_task`); the rest (Dirichlet alpha 0.1,
+    FedProx mu 0.01, Yogi's eta/tau, the plan-cache bucket) is shared.
 
-    ``local_epochs`` / ``batch``: the local work of every method alike (default 5 steps of
-    batch 16; FedHybrid §5.1's CV setting is ``local_epochs=10, batch=64``: 10 epochs over
-    the client's partition in batches of min(64, n_k)).
+    ``semantics`` overrides federated fields (memstat, overcommit, failure_report,
+    deadline_factor, straggler_feedback, baseline_plans, baseline_plan_charge,
+    device_plan_generator) to reproduce older behaviour.
+
+    ``local_epochs`` / ``batch``: the local work of every method alike (default: the task's
+    steps and batch; FedHybrid §5.1's CV setting is ``local_epochs=10, batch=64``: 10 epochs
+    over the client's partition in batches of min(64, n_k)).
 
     ``plans``: a plans file saved by an earlier run (``--save-plans``, or a run directory's
     ``plans.json``) whose planner results every method reuses, so a rerun in another
-    process makes the same plans (they are otherwise made from op costs profiled here).
-
-    ``task="bbc-bert"``: :func:`bbc_config` (Table 3's NLP task)."""
-    if task == "bbc-bert":
-        return bbc_config(quick, aggregator, seed, rounds, m_g, semantics, local_epochs, batch,
-                          plans)  # fmt: skip
-    scale = (
-        {"clients": 12, "rounds": 3, "per_round": 4, "samples": 400, "steps": 1}
-        if quick
-        else {"clients": 100, "rounds": 40, "per_round": 10, "samples": 3000, "steps": 5}
-    )
+    process makes the same plans (they are otherwise made from op costs profiled here)."""
+    if task not in TASK_FIELDS:
+        raise ValueError(f"unknown task {task!r}; accepted: {', '.join(TASK_FIELDS)}")
+    t = TASK_FIELDS[task](quick)
+    scale = dict(t["scale"])
     if rounds is not None:
         scale["rounds"] = rounds
     d = {
-        "name": f"tta-{aggregator}",
+        "name": f"{t['name']}-{aggregator}",
         "seed": seed,
-        "data": {"name": "mnist5k", "reshape": [28, 28], "max_samples": scale["samples"]},
-        "model": {"name": "lenet", "options": {"in_channels": 28, "length": 28, "num_classes": 10}},
+        "data": {**t["data"], "max_samples": scale["samples"]},
+        "model": t["model"],
         "fleet": {"clients": scale["clients"]},
         "partition": {"scheme": "dirichlet", "alpha": 0.1},
         "federated": {
             "rounds": scale["rounds"], "clients_per_round": scale["per_round"],
-            "local_steps": scale["steps"], "batch_size": batch or 16, "lr": 0.05,
+            "local_steps": scale["steps"], "batch_size": batch or t["batch"], "lr": t["lr"],
             "local_epochs": local_epochs,
             "aggregator": aggregator, "mu": 0.01, "yogi": {"eta": 0.01, "tau": 1e-3},
             **(semantics or {}),
         },
-        "memory": {"m_g": m_g or "share:0.4", "plan_batch": 2 if quick else 8,
-                   "bucket": 0.1 if quick else 0.05,
-                   "plan_model": QUICK_PLAN_MODEL if quick else PLAN_MODEL, "plans": plans},
-        "clock": PHONE_CLOCK,
-    }  # fmt: skip
-    return parse_config(d, schema=FederatedConfig)
-
-
-def bbc_config(
-    quick: bool,
-    aggregator: str,
-    seed: int,
-    rounds: int | None = None,
-    m_g: str | None = None,
-    semantics: dict | None = None,
-    local_epochs: int | None = None,
-    batch: int | None = None,
-    plans: str | None = None,
-) -> FederatedConfig:
-    """BBC News (2 225 articles, 5 topics; 20 % held out, the full test split evaluated
-    every round) with a small BERT trained for real (``BERT_MODEL``: half the width of
-    examples/federated-bbc-bert.yaml's, for CPU time).
-
-    FedHybrid §5.1 (NLP): "the batch size is 8, with 400 rounds and a local training
-    iteration of 1 at a learning rate of 0.1. The max sequence length is 128", and for
-    20NEWS "20 out of 100 clients are chosen each round": 100 clients, 20 per round (the
-    selectors pick int(1.3 x 20) = 26, the round closing at the 20th report), one local step
-    of batch 8 at lr 0.1, Dirichlet alpha 0.1 (§5.2). M_G = share:0.7: BERT does not fit
-    70 % of phones unplanned (§2.1 / Fig. 1b). Plans: the example's small BERT
-    (``BERT_PLAN_MODEL``; quick: the trained one) profiled by edgetrain.engine.budget at
-    batch 4 (the example's plan_batch); clock: BERT-Small's FLOPs and bytes
-    (``BERT_CLOCK``). Rounds default to 80 (the paper's 400 do not fit the
-    2-core CPU next to other work; ``--rounds``)."""
-    scale = (
-        {"clients": 12, "rounds": 3, "per_round": 4, "samples": 300}
-        if quick
-        else {"clients": 100, "rounds": 80, "per_round": 20, "samples": None}
-    )
-    if rounds is not None:
-        scale["rounds"] = rounds
-    model = QUICK_BERT_MODEL if quick else BERT_MODEL
-    opts = model["options"]
-    d = {
-        "name": f"tta-bbc-{aggregator}",
-        "seed": seed,
-        "data": {"name": "bbc", "reshape": None, "max_samples": scale["samples"],
-                 "options": {"max_len": opts["max_len"], "vocab_size": opts["vocab_size"]}},
-        "model": model,
-        "fleet": {"clients": scale["clients"]},
-        "partition": {"scheme": "dirichlet", "alpha": 0.1},
-        "federated": {
-            "rounds": scale["rounds"], "clients_per_round": scale["per_round"],
-            "local_steps": 1, "batch_size": batch or 8, "lr": 0.1,
-            "local_epochs": local_epochs,
-            "aggregator": aggregator, "mu": 0.01, "yogi": {"eta": 0.01, "tau": 1e-3},
-            **(semantics or {}),
-        },
-        "memory": {"m_g": m_g or "share:0.7", "plan_batch": 2 if quick else 4,
-                   "bucket": 0.1 if quick else 0.05, "plans": plans,
-                   "plan_model": None if quick else BERT_PLAN_MODEL},
-        "clock": BERT_CLOCK,
+        "memory": {"m_g": m_g or t["m_g"], "plan_batch": t["plan_batch"],
+                   "bucket": 0.1 if quick else 0.05, "plan_model": t["plan_model"],
+                   "plans": plans},
+        "clock": t["clock"],
     }  # fmt: skip
     return parse_config(d, schema=FederatedConfig)
 
@@ -317,6 +313,81 @@ def print_summary(agg: str, summ: dict) -> None:
     for m, v in summ["lost"].items():
         print(f"    {m:<18}{v['selected']:>6} /{v['killed']:>5} /{v['pressure']:>5} /"
               f"{v['late']:>5} /{v['planned']:>5}")  # fmt: skip
+
+
+# Table 4's baselines (FedHybrid §5.3): Oort with each memory technique applied uniformly
+TABLE4_LABELS = {
+    "oort+recompute": "Oort + Melon", "oort+swap": "Oort + Capuchin",
+    "oort+compress": "Oort + GACT", "heterofl": "HeteroFL",
+}  # fmt: skip
+
+
+def table4_summary(rows: list[dict], summ: dict) -> dict:
+    """Table 4's comparison of one seed: FedHybrid against each memory-technique baseline
+    (``TABLE4_LABELS``; the ones in ``rows``) -- time to Random's best accuracy over
+    FedHybrid's, final and last-eighth-mean accuracy differences -- then against the fastest
+    baseline (shortest time to the target) and the best one (highest final accuracy; highest
+    last-eighth mean). ``summ`` is :func:`table3_summary`'s result for the same rows (its
+    ``last_mean``); a refused baseline (e.g. heterofl on a model without width_mult) is kept
+    with its refusal under ``skipped``."""
+    by = {r["method"]: r for r in rows}
+    fh = by["fedhybrid"]
+    t_f = fh["time_to_target_s"]
+    skipped = {m: by[m]["skipped"] for m in TABLE4_LABELS if m in by and "skipped" in by[m]}
+    names = [m for m in TABLE4_LABELS if m in by and m not in skipped]
+    means = summ["last_mean"]
+    per: dict = {}
+    for m in names:
+        r = by[m]
+        t_b = r["time_to_target_s"]
+        per[m] = {
+            "speedup_vs_random": r["speedup_vs_random"],
+            "final_accuracy": r["final_accuracy"],
+            "last_mean": means[m],
+            "reached": t_b is not None,
+            "fedhybrid_vs": (t_b / t_f) if (t_b and t_f) else None,
+            "final_diff_points": 100 * (fh["final_accuracy"] - r["final_accuracy"]),
+            "last_mean_diff_points": 100 * (means["fedhybrid"] - means[m]),
+        }
+    out: dict = {"baselines": names, "skipped": skipped, "per_baseline": per,
+                 "fedhybrid_reached": t_f is not None}  # fmt: skip
+    reached = [m for m in names if per[m]["reached"]]
+    fastest = min(reached, key=lambda m: by[m]["time_to_target_s"]) if reached else None
+    out["fastest"] = fastest
+    out["fedhybrid_vs_fastest"] = per[fastest]["fedhybrid_vs"] if fastest else None
+    if names:
+        best = max(names, key=lambda m: by[m]["final_accuracy"])
+        best_mean = max(names, key=lambda m: means[m])
+        out["best_final"], out["final_diff_points"] = best, per[best]["final_diff_points"]
+        out["best_last_mean"] = best_mean
+        out["last_mean_diff_points"] = per[best_mean]["last_mean_diff_points"]
+    return out
+
+
+def print_table4(agg: str, t4: dict, summ: dict) -> None:
+    print(f"\nTable 4 comparison (+{agg}): FedHybrid vs Oort + Melon / Capuchin / GACT "
+          f"(speedup vs Random / final accuracy; 'FedHybrid x' = the baseline's time to "
+          f"target over FedHybrid's; mean of the last {summ['last_rounds']} common rounds)")  # fmt: skip
+    for m, p in t4["per_baseline"].items():
+        sp = "not reached" if p["speedup_vs_random"] is None else f"{p['speedup_vs_random']:.2f}x"
+        vs = p["fedhybrid_vs"]
+        vs_txt = f"{vs:.2f}x" if vs is not None else "-"
+        print(f"  {TABLE4_LABELS[m]:<16}{sp:>12} / {100 * p['final_accuracy']:5.2f}%"
+              f"   FedHybrid {vs_txt:>6}   final {p['final_diff_points']:+6.2f}   "
+              f"last mean {100 * p['last_mean']:5.2f}% ({p['last_mean_diff_points']:+.2f})")  # fmt: skip
+    for m, why in t4["skipped"].items():
+        print(f"  {TABLE4_LABELS[m]:<16}refused: {why}")
+    if t4["fastest"]:
+        v = t4["fedhybrid_vs_fastest"]
+        vs_txt = "FedHybrid not reached" if v is None else f"{v:.2f}x"
+        print(f"  FedHybrid vs the fastest baseline ({TABLE4_LABELS[t4['fastest']]}): {vs_txt}")
+    elif t4["baselines"]:
+        print("  FedHybrid vs the fastest baseline: no baseline reached the target")
+    if "best_final" in t4:
+        print(f"  final FedHybrid - the best baseline ({TABLE4_LABELS[t4['best_final']]}): "
+              f"{t4['final_diff_points']:+.2f} points; mean of the last {summ['last_rounds']} "
+              f"rounds, FedHybrid - the best ({TABLE4_LABELS[t4['best_last_mean']]}): "
+              f"{t4['last_mean_diff_points']:+.2f} points")  # fmt: skip
 
 
 def scale_figure(quick: bool) -> dict:
@@ -443,7 +514,9 @@ def main(argv: list[str] | None = None) -> int:
         out["tables"][agg] = rows
         out["curves"][agg] = curves(recs)
         if args.task != "mnist":  # the MNIST JSON stays as before
-            out.setdefault("summary", {})[agg] = table3_summary(rows, recs)
+            summ = out.setdefault("summary", {})[agg] = table3_summary(rows, recs)
+            if any(r["method"] in TABLE4_LABELS for r in rows) and "fedhybrid" in recs:
+                summ["table4"] = table4_summary(rows, summ)
         if env.plan_service is not None:  # Table 4 baselines: the fleet-wide plans
             out["uniform_plans"] = [
                 {**o.to_dict(), "device_plan_s": ON_DEVICE_PLAN_SLOWDOWN * o.plan_s}
@@ -529,6 +602,8 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"  {r['method']:<18}{cells}")
     for agg, summ in out.get("summary", {}).items():
         print_summary(agg, summ)
+        if "table4" in summ:
+            print_table4(agg, summ["table4"], summ)
     if "task" in out:
         print(f"evaluation: {out['task']['eval']}; {out['task']['train_samples']} training "
               f"samples on {out['task']['clients']} clients; M_G {out['task']['m_g_gib']:.2f} GiB")  # fmt: skip

@@ -24,7 +24,8 @@ def tta():
 def test_bbc_quick_prints_table3_layout(tta, capsys, tmp_path):
     out_file = tmp_path / "bbc.json"
     argv = ["--task", "bbc-bert", "--quick", "--aggregators", "fedprox", "--no-scale",
-            "--no-ablations", "--methods", "random,oort,fedhybrid", "--extend", "1.0",
+            "--no-ablations", "--methods", "random,oort,fedhybrid,oort+compress,heterofl",
+            "--extend", "1.0",
             "--out", str(out_file)]  # fmt: skip
     assert tta.main(argv) == 0
     text = capsys.readouterr().out
@@ -34,9 +35,18 @@ def test_bbc_quick_prints_table3_layout(tta, capsys, tmp_path):
     assert "client-rounds over the run: selected / killed / page reclaim" in text
     out = json.loads(out_file.read_text())
     rows = out["tables"]["fedprox"]
-    assert [r["method"] for r in rows] == ["random", "oort", "fedhybrid"]
-    assert all(r["rounds"] == 3 for r in rows)  # --extend 1.0: no extra rounds
+    methods = ["random", "oort", "fedhybrid", "oort+compress", "heterofl"]
+    assert [r["method"] for r in rows] == methods
+    assert rows[-1]["skipped"].startswith("heterofl needs a model with a width_mult option")
+    assert all(r["rounds"] == 3 for r in rows[:-1])  # --extend 1.0: no extra rounds
+    assert "Table 4 comparison (+fedprox): FedHybrid vs Oort + Melon / Capuchin / GACT" in text
+    assert "HeteroFL        refused: heterofl needs a model with a width_mult option" in text
     summ = out["summary"]["fedprox"]
+    t4 = summ["table4"]
+    assert t4["baselines"] == ["oort+compress"] and list(t4["skipped"]) == ["heterofl"]
+    gact = t4["per_baseline"]["oort+compress"]
+    assert gact["last_mean"] == summ["last_mean"]["oort+compress"]
+    assert summ["lost"]["oort+compress"]["selected"] == 5 * 3
     by = {r["method"]: r for r in rows}
     diff = 100 * (by["fedhybrid"]["final_accuracy"] - by["oort"]["final_accuracy"])
     assert summ["final_diff_points"] == pytest.approx(diff)
@@ -102,3 +112,57 @@ def test_table3_summary_hand_computed(tta):
     }  # fmt: skip
     rows[1]["time_to_target_s"] = 25
     assert tta.table3_summary(rows, recs)["fedhybrid_vs_oort"] == pytest.approx(2.5)
+
+
+def test_table4_summary_hand_computed(tta):
+    rows = [
+        {"method": "random", "time_to_target_s": 300, "speedup_vs_random": 1.0,
+         "final_accuracy": 0.30},
+        {"method": "fedhybrid", "time_to_target_s": 50, "speedup_vs_random": 6.0,
+         "final_accuracy": 0.32},
+        {"method": "oort+recompute", "time_to_target_s": 200, "speedup_vs_random": 1.5,
+         "final_accuracy": 0.35},
+        {"method": "oort+swap", "time_to_target_s": 100, "speedup_vs_random": 3.0,
+         "final_accuracy": 0.28},
+        {"method": "oort+compress", "time_to_target_s": None, "speedup_vs_random": None,
+         "final_accuracy": 0.25},
+        {"method": "heterofl", "skipped": "heterofl needs a model with a width_mult option"},
+    ]  # fmt: skip
+    summ = {"last_rounds": 2, "last_mean": {"random": 0.25, "fedhybrid": 0.30,
+            "oort+recompute": 0.27, "oort+swap": 0.31, "oort+compress": 0.20}}  # fmt: skip
+    t4 = tta.table4_summary(rows, summ)
+    assert t4["baselines"] == ["oort+recompute", "oort+swap", "oort+compress"]
+    assert t4["skipped"] == {"heterofl": "heterofl needs a model with a width_mult option"}
+    per = t4["per_baseline"]
+    assert per["oort+recompute"]["fedhybrid_vs"] == pytest.approx(4.0)
+    assert per["oort+compress"]["fedhybrid_vs"] is None and not per["oort+compress"]["reached"]
+    assert per["oort+swap"]["final_diff_points"] == pytest.approx(4.0)
+    assert per["oort+swap"]["last_mean_diff_points"] == pytest.approx(-1.0)
+    # the fastest baseline reaching the target is Capuchin (100 s): FedHybrid 2x faster
+    assert t4["fastest"] == "oort+swap" and t4["fedhybrid_vs_fastest"] == pytest.approx(2.0)
+    # the best final accuracy is Melon's 35 %: FedHybrid -3 points; best last mean Capuchin's
+    assert t4["best_final"] == "oort+recompute"
+    assert t4["final_diff_points"] == pytest.approx(-3.0)
+    assert t4["best_last_mean"] == "oort+swap"
+    assert t4["last_mean_diff_points"] == pytest.approx(-1.0)
+    for r in rows[2:5]:  # no baseline reaches the target: no fastest, no ratio
+        r["time_to_target_s"] = None
+    t4 = tta.table4_summary(rows, summ)
+    assert t4["fastest"] is None and t4["fedhybrid_vs_fastest"] is None
+
+
+def test_task_config_one_builder(tta):
+    # the shared fields are the same for both tasks; each task's own come from TASK_FIELDS
+    a = tta.task_config(False, "fedyogi", 1, rounds=9, batch=32, task="mnist")
+    b = tta.task_config(False, "fedyogi", 1, rounds=9, batch=32, task="bbc-bert")
+    assert a.partition == b.partition and a.federated.yogi == b.federated.yogi
+    assert (a.federated.rounds, b.federated.rounds) == (9, 9)
+    assert (a.federated.batch_size, b.federated.batch_size) == (32, 32)
+    assert (a.name, b.name) == ("tta-fedyogi", "tta-bbc-fedyogi")
+    assert a.data.max_samples == 3000 and b.data.max_samples is None
+    assert b.data.options == {"max_len": 128, "vocab_size": 10000}
+    assert (a.memory.plan_batch, b.memory.plan_batch) == (8, 4)
+    q = tta.task_config(True, "fedprox", 0, task="bbc-bert")
+    assert q.memory.plan_model is None and q.model.options["hidden"] == 32
+    with pytest.raises(ValueError, match="unknown task 'cifar'"):
+        tta.task_config(True, "fedprox", 0, task="cifar")
