@@ -184,3 +184,12 @@ def test_swap_pays_the_phone_storage_model(setup, tmp_path):
     share = 1 + io.background_apps
     floor = swapped * share / (io.write_mb_s * 1e6) + swapped * share / (io.read_mb_s * 1e6)
     assert ex.simulated_io_s >= 0.99 * floor > 0
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_mask_puts_inf_outside_an_open_range_to_inf(dtype):
+    """Regression (hypothesis, float64 [inf] with (0, inf)): +inf is not inside (0, inf)
+    in either dtype."""
+    x = torch.tensor([math.inf, 1.0, 0.0, -math.inf, math.nan], dtype=dtype)
+    d = decode_mask(encode_mask(x, 0.0, math.inf))
+    assert torch.equal((d > 0.0) & (d < math.inf), torch.tensor([False, True, False, False, False]))

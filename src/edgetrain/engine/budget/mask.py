@@ -45,9 +45,9 @@ def encode_mask(t: torch.Tensor, lo: float, hi: float) -> PackedMask:
         top = np.float32(hi).view(np.uint32) if math.isfinite(hi) else np.uint32(0x7F800000)
         m = (a.view(np.uint32) - np.uint32(1)) < top - np.uint32(1)
     else:
-        m = a > lo
-        if math.isfinite(hi):
-            m &= a < hi
+        # a < hi also when hi = inf: +inf itself is outside (lo, hi), as in the float32
+        # branch (found by hypothesis: float64 [inf] with (0, inf) decoded as inside)
+        m = (a > lo) & (a < hi)
     return PackedMask(np.packbits(m), tuple(t.shape), t.dtype, lo, hi)
 
 
