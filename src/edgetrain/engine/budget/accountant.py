@@ -181,7 +181,7 @@ def replay_allocs(
     None; ``change`` the bytes the event adds (an allocation) or removes (a free of a block
     allocated within ``events``, matched by pointer; a free of an earlier block changes
     nothing); ``level`` the sum after it.  The one replay behind :func:`alloc_peak_bytes`
-    and the planner's per-step timeline (:func:`.alloc.measure_alloc_timeline`)."""
+    and the planner's per-step timeline (:func:`.alloc.measure_alloc_steps`)."""
     live: dict[int, int] = {}
     level = 0
     for _, size, ptr, name in events:

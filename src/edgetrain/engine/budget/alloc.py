@@ -21,7 +21,7 @@ backward at ``2T-1-s``):
 * ``residual`` -- *measured*: one unplanned step (after a warm-up, as
   :func:`.accountant.step_alloc_peak` runs it) under the torch profiler's memory
   events, split into the timeline's steps by marks emitted from module and gradient
-  hooks (:func:`measure_alloc_timeline`); ``residual(k)`` = measured peak within step
+  hooks (:func:`measure_alloc_steps`); ``residual(k)`` = measured peak within step
   ``k`` - ``saved_none(k)`` - ``grads(k)``.  It is everything besides saved tensors and
   gradients (inter-unit gradients, non-saved outputs, workspace, the loss) and is
   taken as independent of the plan;
@@ -151,7 +151,7 @@ def _first_grad_tensor(out: Any) -> torch.Tensor | None:
 
 
 def _step_of(name: str, t: int, glue_steps: set[int]) -> int:
-    """The timeline step a mark starts (see :func:`measure_alloc_timeline`)."""
+    """The timeline step a mark starts (see :func:`measure_alloc_steps`)."""
     kind, s = name[0], int(name[1:]) if len(name) > 1 else 0
     if kind == "f":
         j = s
@@ -229,8 +229,19 @@ def measure_alloc_steps(
     seed: int = 0,
     plan: Any = None,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """(measured, released) of :func:`step_timeline` for the unplanned step (or
-    ``plan``'s), measured as :func:`measure_alloc_timeline` describes."""
+    """(measured, released) of :func:`step_timeline` for the unplanned step, or for
+    ``plan``'s (an ``ExecutionPlan``, to check a prediction): ``measured`` is the step's
+    all-allocation peak within every timeline step (bytes).
+
+    One warm-up step, then one step under :func:`.accountant.alloc_events`, both run as
+    :func:`.accountant.step_alloc_peak` runs the empty plan (the executor with the
+    accountant, gradients set to None first).  Marks: a unit's forward pre-hook starts
+    its forward step, its forward hook the glue item after it (if any), the loss starts
+    the backward, and a hook on the gradient of the unit's output starts the unit's
+    backward step.  Within a step the running sum of allocations (frees matched by
+    pointer to allocations of the step) is maximised; a step with no event gets the sum
+    at the moment it was passed.  Weights, buffers, RNG state and ``.grad`` are restored.
+    """
     from edgetrain.engine.budget.accountant import run_plan_step
     from edgetrain.engine.budget.plan import ExecutionPlan
 
@@ -289,32 +300,6 @@ def measure_alloc_steps(
         model.zero_grad(set_to_none=True)
         torch.set_rng_state(rng)
     return step_timeline(events, t, glue_steps)
-
-
-def measure_alloc_timeline(
-    model: nn.Module,
-    inputs: Sequence[Any],
-    loss_fn: Callable[[Any], torch.Tensor],
-    unit_steps: dict[str, int],
-    glue_steps: set[int],
-    n_steps: int,
-    seed: int = 0,
-    plan: Any = None,
-) -> np.ndarray:
-    """The unplanned step's all-allocation peak within every timeline step (bytes);
-    ``plan``: of that ``ExecutionPlan``'s step instead (to check a prediction).
-
-    One warm-up step, then one step under :func:`.accountant.alloc_events`, both run as
-    :func:`.accountant.step_alloc_peak` runs the empty plan (the executor with the
-    accountant, gradients set to None first).  Marks: a unit's forward pre-hook starts
-    its forward step, its forward hook the glue item after it (if any), the loss starts
-    the backward, and a hook on the gradient of the unit's output starts the unit's
-    backward step.  Within a step the running sum of allocations (frees matched by
-    pointer to allocations of the step) is maximised; a step with no event gets the sum
-    at the moment it was passed.  Weights, buffers, RNG state and ``.grad`` are restored.
-    """
-    got = measure_alloc_steps(model, inputs, loss_fn, unit_steps, glue_steps, n_steps, seed, plan)
-    return got[0]
 
 
 def torch_visible(profile: Any) -> Any:
@@ -408,9 +393,9 @@ def build_timeline(
             p = ExecutionPlan(
                 "hybrid", 1, 1, 1, 0.0, [UnitDecision(u.name, d, codec) for u in units]
             )
-            got = measure_alloc_timeline(
+            got = measure_alloc_steps(
                 model, inputs, loss_fn, unit_steps, glue_steps, t, seed, plan=p
-            )
+            )[0]
             pred = simulate_all(seen_as, {u.name: (d, codec) for u in units})
             out.fix[kind] = {
                 u.name: (
