@@ -76,6 +76,28 @@ def test_same_seed_same_metrics(tiny):
     assert strip(a.epochs) == strip(b.epochs)
 
 
+def test_aggregations_per_epoch_cut_one_epoch_of_local_steps(tiny):
+    """k aggregations per epoch cut each device's epoch of batches into k segments and
+    restart from the aggregate after each; nothing else changes. With one device the
+    aggregate is the device's own model, so k = 1 and k = 3 must walk the same SGD
+    trajectory (plain SGD: no optimiser state for an aggregation to reset): a segment that
+    re-ran the whole epoch, trained from a stale global model or lost a batch, or an
+    evaluation taken before the epoch's last aggregation, would part the two runs."""
+    one = run_chain(_cfg(devices=1, aggs_per_epoch=1, busy="none"), dataset=tiny)
+    three = run_chain(_cfg(devices=1, aggs_per_epoch=3, busy="none"), dataset=tiny)
+    for k, v in one.final_state.items():
+        torch.testing.assert_close(three.final_state[k], v, rtol=0, atol=1e-6)
+    assert [e["loss"] for e in three.epochs] == pytest.approx(
+        [e["loss"] for e in one.epochs], abs=1e-5
+    )
+    assert [len(e["schedule"]) for e in three.epochs] == [3, 3, 3]
+    # with four devices the k = 3 run aggregates three times an epoch and lands elsewhere
+    four1 = run_chain(_cfg(aggs_per_epoch=1, busy="none"), dataset=tiny)
+    four3 = run_chain(_cfg(aggs_per_epoch=3, busy="none"), dataset=tiny)
+    w = "classifier.weight"
+    assert not torch.allclose(four1.final_state[w], four3.final_state[w], atol=1e-4)
+
+
 def test_fault_kill_and_rejoin(tiny, tmp_path):
     clean = run_chain(_cfg(epochs=4), dataset=tiny)
     rd = RunDir.create("fault", tmp_path)
