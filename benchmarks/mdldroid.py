@@ -29,7 +29,11 @@ Sections (paper figure in brackets; ``--sections`` names in parentheses):
 8. (evar) eq. 6's energy variance at small N against *every* valid schedule (the same
    allocations and DQN as ``sched``): the least variance any schedule reaches, whether
    the DQN reaches eq. 7's best return, how many schedules tie there and how far their
-   variances spread, and each device's energy by part (reduce vs broadcast) [Fig. 10b].
+   variances spread, and each device's energy by part (reduce vs broadcast) [Fig. 10b];
+9. (drift, not in the default list) why aggregations per epoch leave accuracy level: accuracy
+   and test loss at 1, 2, 10 aggregations per epoch paired by seed, client drift before each
+   aggregation and the data heterogeneity, in the trade-off's split and in more
+   heterogeneous ones (one person per device, split by activity, 4x lr, 4x local steps).
 Time and energy are simulated from the device profiles; accuracy is real.
 """
 
@@ -37,6 +41,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import dataclasses
 import math
 import statistics
 import time
@@ -91,6 +96,7 @@ SECTIONS = (
     "speedup",
     "tradeoff",
     "evar",
+    "drift",
 )
 # MDLdroid §4.1 / Table 1: the six data sets' training sets range from 25 MB to 900 MB.
 PAPER_TRAIN_MB = (25, 900)
@@ -1075,6 +1081,201 @@ def tradeoff_section(
     )
 
 
+# -- 7b. why aggregation frequency does not move accuracy ---------------------------------
+# (label, ChainConfig overrides, what stands in for the person ids: None = the people,
+# "label" = the activity, "shuffled" = the people's ids dealt to random windows, so the
+# devices keep the per-person split's sizes but hold IID samples of everyone's windows)
+DRIFT_VARIANTS = {
+    "base": ("N=4, 2-3 people per device (the trade-off's split)", {"devices": 4}, None),
+    "shuffled": ("N=4, base's sizes, windows dealt IID", {"devices": 4}, "shuffled"),
+    "person": ("N=10, one person per device", {"devices": 10}, None),
+    "iid": ("N=4, one person's windows spread IID", {"devices": 4, "setting": "individual"}, None),
+    "label": ("N=4, split by activity (1-2 of 7 per device)", {"devices": 4}, "label"),
+    "lr": ("N=4 as base, lr 0.2 (4x)", {"devices": 4, "lr": 0.2}, None),
+    "steps": ("N=4 as base, batch 4 (4x local steps)", {"devices": 4, "batch_size": 4}, None),
+}
+
+
+def _regroup(ds, how: str | None, seed: int):
+    """``ds`` with its person ids replaced as DRIFT_VARIANTS says."""
+    if how is None:
+        return ds
+    if how == "label":
+        return dataclasses.replace(ds, groups=ds.y.clone())
+    g = torch.Generator().manual_seed(seed)
+    return dataclasses.replace(ds, groups=ds.groups[torch.randperm(len(ds.groups), generator=g)])
+
+
+def _flat(tensors) -> torch.Tensor:
+    return torch.cat([t.reshape(-1).to(torch.float64) for t in tensors])
+
+
+def drift_of(deltas: dict) -> tuple[float, float]:
+    """Client drift just before one aggregation: (RMS over devices of ‖w_d − w̄‖, ‖w̄ − w_g‖).
+
+    Device d's model is w_g + Δ_d, so its distance from the devices' mean model w̄ is
+    ‖Δ_d − Δ̄‖, and the mean's step from the global model it started from is ‖Δ̄‖
+    (plain mean; Chain's θ-weighted aggregate is that mean up to float32 rounding)."""
+    flat = torch.stack([_flat(d.values()) for d in deltas.values()])
+    mean = flat.mean(0)
+    drift = float((flat - mean).pow(2).sum(1).mean().sqrt())
+    return drift, float(mean.norm())
+
+
+def gradient_dissimilarity(model: torch.nn.Module, parts) -> float:
+    """B² = mean_d ‖∇F_d‖² / ‖mean_d ∇F_d‖² at ``model``: 1 when every device's full-data
+    gradient is the same (IID), larger the more the devices' objectives disagree."""
+    grads = []
+    for x, y in parts:
+        model.zero_grad(set_to_none=True)
+        torch.nn.functional.cross_entropy(model(x), y).backward()
+        grads.append(_flat(p.grad for p in model.parameters()))
+    model.zero_grad(set_to_none=True)
+    g = torch.stack(grads)
+    return float(g.pow(2).sum(1).mean() / g.mean(0).pow(2).sum())
+
+
+def label_tv(parts, num_classes: int) -> float:
+    """Mean over devices of the total-variation distance between the device's label
+    distribution and the pooled one (0: same mix of activities everywhere)."""
+    counts = [np.bincount(y.numpy(), minlength=num_classes).astype(float) for _, y in parts]
+    pooled = np.sum(counts, 0) / np.sum(counts)
+    return float(np.mean([0.5 * np.abs(c / c.sum() - pooled).sum() for c in counts]))
+
+
+def _sign_p(higher: int, lower: int) -> float:
+    """Two-sided sign test, ties excluded."""
+    m = higher + lower
+    if not m:
+        return 1.0
+    tail = sum(math.comb(m, i) for i in range(min(higher, lower) + 1)) / 2.0**m
+    return min(1.0, 2.0 * tail)
+
+
+def drift_section(ds, variants, aggs_list, epochs: int, seeds: list[int]) -> None:
+    """Accuracy, test loss and client drift at several aggregations per epoch, paired by
+    seed against the first, in several data splits. Ring order and no busy device: the
+    schedule changes only which float32 roundings the mean takes, not the mean."""
+    het_rows, rows = [], []
+    for v in variants:
+        label, over, how = DRIFT_VARIANTS[v]
+        acc = {k: [] for k in aggs_list}
+        loss = {k: [] for k in aggs_list}
+        drift = {k: [] for k in aggs_list}
+        step = {k: [] for k in aggs_list}
+        ratio = {k: [] for k in aggs_list}
+        b2_init, b2_end, tv, sizes = [], [], [], None
+        for seed in seeds:
+            vds = _regroup(ds, how, seed)
+            for k in aggs_list:
+                cfg = ChainConfig(
+                    scheduler="ring",
+                    busy="none",
+                    epochs=epochs,
+                    aggs_per_epoch=k,
+                    seed=seed,
+                    **over,
+                )
+                per_it = []
+
+                def hook(it, state, deltas, per_it=per_it):
+                    per_it.append(drift_of(deltas))
+
+                r = run_chain(cfg, dataset=vds, on_iteration=hook)
+                acc[k].append(r.accuracy)
+                loss[k].append(r.epochs[-1]["loss"])
+                drift[k].append(statistics.median(d for d, _ in per_it))
+                step[k].append(statistics.median(s for _, s in per_it))
+                ratio[k].append(statistics.median(d / s for d, s in per_it if s > 0))
+                if k == aggs_list[0]:
+                    fleet = build_fleet(cfg, vds)
+                    sizes = [len(y) for _, y in fleet.parts]
+                    tv.append(label_tv(fleet.parts, fleet.num_classes))
+                    model = models.build(
+                        cfg.model,
+                        in_channels=fleet.in_channels,
+                        length=fleet.length,
+                        num_classes=fleet.num_classes,
+                        seed=seed,
+                    )
+                    b2_init.append(gradient_dissimilarity(model, fleet.parts))
+                    model.load_state_dict(r.final_state)
+                    b2_end.append(gradient_dissimilarity(model, fleet.parts))
+            print(
+                f"  {v} seed {seed}: "
+                + ", ".join(f"{k}/epoch {acc[k][-1]:.2f} %" for k in aggs_list),
+                flush=True,
+            )
+        het_rows.append(
+            [
+                v,
+                label,
+                "/".join(str(s) for s in sizes),
+                statistics.median(tv),
+                statistics.median(b2_init),
+                statistics.median(b2_end),
+            ]
+        )
+        base = aggs_list[0]
+        for k in aggs_list:
+            d_acc = [a - b for a, b in zip(acc[k], acc[base], strict=True)]
+            d_loss = [a - b for a, b in zip(loss[k], loss[base], strict=True)]
+            hi, lo = sum(x > 0 for x in d_acc), sum(x < 0 for x in d_acc)
+            lhi, llo = sum(x > 0 for x in d_loss), sum(x < 0 for x in d_loss)
+            rows.append(
+                [
+                    v,
+                    k,
+                    f"{statistics.median(acc[k]):.2f} [{min(acc[k]):.2f}, {max(acc[k]):.2f}]",
+                    f"{statistics.mean(d_acc):+.2f}",
+                    f"{hi}/{lo}/{len(d_acc) - hi - lo}",
+                    f"{_sign_p(hi, lo):.3f}",
+                    f"{statistics.median(loss[k]):.4f}",
+                    f"{statistics.mean(d_loss):+.4f}",
+                    f"{llo}/{lhi}/{len(d_loss) - lhi - llo}",
+                    f"{_sign_p(lhi, llo):.3f}",
+                    statistics.median(step[k]),
+                    statistics.median(drift[k]),
+                    statistics.median(ratio[k]),
+                ]
+            )
+            print(f"  {v} {k}/epoch accuracy per seed: {' '.join(f'{a:.2f}' for a in acc[k])}")
+            print(f"  {v} {k}/epoch test loss per seed: {' '.join(f'{x:.4f}' for x in loss[k])}")
+    table(
+        f"Heterogeneity of the splits (median over seeds {seeds}): training windows per "
+        "device; label TV = mean total-variation distance of a device's activity mix from "
+        "the pooled one; B² = mean_d ‖∇F_d‖² / ‖mean_d ∇F_d‖² (full-data gradients, 1 = "
+        f"IID) at the initial model and after {epochs} epochs at {aggs_list[0]} aggregation "
+        "per epoch",
+        ["split", "what", "windows per device", "label TV", "B² init", "B² end"],
+        het_rows,
+    )
+    table(
+        f"Aggregations per epoch, E{epochs}, paired by seed against {aggs_list[0]} per epoch "
+        f"({len(seeds)} seeds; Ring order, no busy device, Chain aggregation, LeNet, plain "
+        "SGD): accuracy median [min, max]; Δ = mean paired difference; higher/lower/tie and a "
+        "two-sided sign test; test loss the same (better = lower); drift = RMS over devices "
+        "of ‖w_d − w̄‖ just before an aggregation, step = ‖w̄ − w_global‖, medians over the "
+        "run's aggregations, then over seeds",
+        [
+            "split",
+            "aggs/epoch",
+            "accuracy %",
+            "Δ acc",
+            "higher/lower/tie",
+            "p",
+            "test loss",
+            "Δ loss",
+            "better/worse/tie",
+            "p (loss)",
+            "step",
+            "drift",
+            "drift/step",
+        ],
+        rows,
+    )
+
+
 # -- 8. energy variance against every schedule --------------------------------------------
 def evar_section(
     ds,
@@ -1220,7 +1421,11 @@ def evar_section(
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true", help="smoke-sized run")
-    ap.add_argument("--sections", default=",".join(SECTIONS), help="comma list of sections")
+    ap.add_argument(
+        "--sections",
+        default=",".join(s for s in SECTIONS if s != "drift"),
+        help="comma list of sections (default: all but drift)",
+    )
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--reps", type=int, default=50, help="scheduling repetitions per N")
     ap.add_argument("--max-n", type=int, default=9, help="largest fleet")
@@ -1261,6 +1466,13 @@ def main(argv: list[str] | None = None) -> None:
     )
     ap.add_argument("--tradeoff-epochs", type=int, default=10, help="E of the 1-E, 2-E rows")
     ap.add_argument(
+        "--drift-variants",
+        default=",".join(DRIFT_VARIANTS),
+        help=f"comma list of data splits for the drift section ({', '.join(DRIFT_VARIANTS)})",
+    )
+    ap.add_argument("--drift-seeds", type=int, default=8, help="seeds of the drift section")
+    ap.add_argument("--drift-aggs", default="1,2,10", help="aggregations per epoch (drift)")
+    ap.add_argument(
         "--tie-break",
         default="eq4",
         choices=TIE_BREAKS,
@@ -1282,6 +1494,10 @@ def main(argv: list[str] | None = None) -> None:
     bad = [s for s in sections if s not in SECTIONS]
     if bad:
         ap.error(f"unknown sections {bad}; choose from {', '.join(SECTIONS)}")
+    if "drift" in sections:
+        unknown = [v for v in args.drift_variants.split(",") if v.strip() not in DRIFT_VARIANTS]
+        if unknown:
+            ap.error(f"unknown --drift-variants {unknown}; choose from {', '.join(DRIFT_VARIANTS)}")
     if "evar" in sections and any(int(n) > 5 for n in args.evar_ns.split(",")):
         ap.error(f"--evar-ns {args.evar_ns}: N <= 5 (N = 6 has 86,400 schedules per allocation)")
     torch.set_num_threads(1)
@@ -1305,6 +1521,7 @@ def main(argv: list[str] | None = None) -> None:
                 ds, 2, [(1, 1), (2, 1)], args.seed, 20, 5, args.tie_break
             ),
             "evar": lambda: evar_section(ds, [3], 4, 20, 5, args.seed, [args.seed], args.tie_break),
+            "drift": lambda: drift_section(ds, ["base", "label"], [1, 2], 1, [args.seed]),
         }
     else:
         ns = list(range(args.min_n, args.max_n + 1))
@@ -1366,6 +1583,13 @@ def main(argv: list[str] | None = None) -> None:
                 args.first,
                 args.relearn,
                 args.tie_break,
+            ),
+            "drift": lambda: drift_section(
+                ds,
+                [v.strip() for v in args.drift_variants.split(",") if v.strip()],
+                [int(k) for k in args.drift_aggs.split(",")],
+                e,
+                list(range(args.seed, args.seed + args.drift_seeds)),
             ),
             "evar": lambda: evar_section(
                 ds,

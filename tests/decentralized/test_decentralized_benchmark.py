@@ -5,6 +5,8 @@ from __future__ import annotations
 import importlib.util
 from pathlib import Path
 
+import pytest
+
 BENCH = Path(__file__).resolve().parents[2] / "benchmarks" / "mdldroid.py"
 
 
@@ -113,3 +115,61 @@ def test_paired_exploration_table_counts_and_sign_test(capsys):
     assert cells[5] == "3 / 1 / 1"
     assert cells[6] == "0.312"
     assert cells[4].startswith("2.00 ")
+
+
+def _bench():
+    spec = importlib.util.spec_from_file_location("mdldroid_bench", BENCH)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_drift_measures():
+    """Client drift, label TV, gradient dissimilarity and the two-sided sign test on
+    values worked out by hand."""
+    import torch
+
+    mod = _bench()
+    a = {"w": torch.tensor([1.0, 0.0]), "b": torch.tensor([0.0])}
+    b = {"w": torch.tensor([-1.0, 0.0]), "b": torch.tensor([2.0])}
+    drift, step = mod.drift_of({0: a, 1: b})
+    # mean (0, 0 | 1): both devices lie sqrt(1 + 1) from it; the mean moved by 1
+    assert drift == pytest.approx(2**0.5) and step == pytest.approx(1.0)
+    assert mod.drift_of({0: a, 1: a}) == (0.0, 1.0)
+    y = torch.tensor([0, 1, 2, 0, 1, 2])
+    assert mod.label_tv([(None, y), (None, y)], 3) == 0.0
+    # disjoint halves of a 2-class pool: each device is 0.5 from the 50/50 mix
+    assert mod.label_tv([(None, torch.tensor([0, 0])), (None, torch.tensor([1, 1]))], 2) == 0.5
+    torch.manual_seed(0)
+    model = torch.nn.Linear(4, 3)
+    x = torch.randn(8, 4)
+    y8 = torch.tensor([0, 1, 2, 0, 1, 2, 0, 1])
+    assert mod.gradient_dissimilarity(model, [(x, y8)] * 3) == pytest.approx(1.0)
+    # two halves of one set: B² >= 1 (mean of squares >= square of the mean)
+    assert mod.gradient_dissimilarity(model, [(x[:4], y8[:4]), (x[4:], y8[4:])]) >= 1.0
+    # 8 higher, 12 lower: two-sided p = 2 * P(X <= 8 | 20, 1/2) = 0.503
+    assert mod._sign_p(8, 12) == pytest.approx(0.5034, abs=1e-4)
+    assert mod._sign_p(0, 0) == 1.0 and mod._sign_p(10, 0) == pytest.approx(2 / 1024)
+
+
+def test_drift_section_on_synthetic(capsys):
+    """The drift section runs on any subject-labelled sensor set; the split by label is
+    the more heterogeneous one (label TV, B²)."""
+    import torch
+
+    from edgetrain import data
+
+    torch.set_num_threads(1)
+    ds = data.synthetic_sensor(480, channels=3, length=32, classes=4, seed=0, subjects=4, noise=0.3)
+    mod = _bench()
+    mod.drift_section(ds, ["base", "label"], [1, 2], 1, [0])
+    out = capsys.readouterr().out
+    lines = out.splitlines()
+    start = next(i for i, r in enumerate(lines) if "Heterogeneity of the splits" in r)
+    het = {r.split("|")[1].strip(): r.split("|") for r in lines[start + 3 : start + 5]}
+    assert float(het["label"][4]) > float(het["base"][4])
+    assert float(het["label"][5]) > float(het["base"][5])
+    start = next(i for i, r in enumerate(lines) if r.startswith("## Aggregations per epoch"))
+    rows = [r.split("|") for r in lines[start + 3 :] if r.startswith("| base | ")]
+    assert [c[2].strip() for c in rows] == ["1", "2"]
+    assert rows[0][5].strip() == "0/0/1"  # k = 1 paired with itself
