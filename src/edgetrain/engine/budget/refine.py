@@ -1,0 +1,259 @@
+"""Local search over a finished plan's states (the greedy walk is not an optimiser).
+
+Algorithm 1 (:mod:`.planner`) adds decisions one at a time and never takes one back, so
+a finished plan may keep an expensive decision that the decisions added after it made
+unnecessary, or that a cheaper combination could replace.  :func:`refine` starts from
+a feasible plan's states and, with the planner's own memory model (``simulate`` /
+``simulate_all``) and cost terms (``_Ctx.cost``), applies
+
+* *drop* moves: revert a decision to keep (most expensive first) while the plan still
+  fits the budget;
+* *exchange* moves: revert one decision (to keep, or to the unit's other non-keep
+  state), then restore feasibility by adding, one at a time, the decision with the
+  most excess bytes removed per second of cost (excess: the predicted bytes above the
+  budget, summed over the steps that exceed it), then drop what became unnecessary;
+  the result is accepted when its predicted overhead is lower.
+
+It stops at a local optimum (no move lowers the prediction) or after ``max_moves``
+accepted moves.  The exclusions of the walk hold for every state it visits: a mask and
+a regeneration that replace the same tensor (or regenerate from it) are never both on
+(:func:`.planner._clash`), and a recomputed unit's fine candidates are keep.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+from edgetrain.engine.budget.profile import (
+    LeafRecomputeProfile,
+    MaskProfile,
+    ModelProfile,
+    UnitProfile,
+)
+
+State = tuple[str, str | None]
+KEEP: State = ("keep", None)
+
+
+class _Space:
+    """The decision space of one method on one profile (the walk's candidates)."""
+
+    def __init__(self, profile: ModelProfile, method: str, ctx) -> None:
+        from edgetrain.engine.budget.planner import (
+            _LADDER,
+            MASK_METHODS,
+            REGEN_METHODS,
+            _clash,
+        )
+
+        self.profile = profile
+        self.ctx = ctx
+        ladder = _LADDER[method]
+        unit_states: set[State] = set()
+        for nxts in ladder.values():
+            unit_states.update(nxts)
+        self.unit_states = sorted(unit_states, key=lambda s: (s[0], s[1] or ""))
+        self.units = [u for u in profile.units if u.calls == 1 and self.unit_states]
+        regens = list(profile.regens) if method in REGEN_METHODS else []
+        masks = list(profile.masks) if method in MASK_METHODS else []
+        lrs = list(profile.leaf_recomputes) if method in REGEN_METHODS else []
+        if masks:  # as the walk: regenerating from a maskable tensor would hold it whole
+            mkeys = {m.key for m in masks}
+            regens = [r for r in regens if r.chain or r.in_key not in mkeys]
+        self.fine = [*masks, *regens, *lrs]
+        self.rivals: dict[str, list[str]] = {
+            f.state_key: [g.state_key for g in self.fine if g is not f and _clash(f, g)]
+            for f in self.fine
+        }
+        self.owner: dict[str, str] = {}
+        for f in self.fine:
+            for u in profile.units:
+                if u.name == "" or f.name == u.name or f.name.startswith(u.name + "."):
+                    self.owner[f.state_key] = u.name
+        self.inside: dict[str, list[str]] = {}
+        for k, o in self.owner.items():
+            self.inside.setdefault(o, []).append(k)
+        self.by_key: dict[str, UnitProfile | object] = {u.name: u for u in self.units}
+        self.by_key.update({f.state_key: f for f in self.fine})
+
+    def on_state(self, key: str) -> list[State]:
+        """Non-keep states of one decision."""
+        item = self.by_key[key]
+        if isinstance(item, UnitProfile):
+            return [s for s in self.unit_states if s != KEEP]
+        if isinstance(item, MaskProfile):
+            return [("mask", None)]
+        if isinstance(item, LeafRecomputeProfile):
+            return [("recompute", None)]
+        return [("regen", None)]
+
+    def allowed(self, states: dict[str, State], key: str, s: State) -> bool:
+        """May ``key`` take state ``s`` next to the others' states?"""
+        if s == KEEP or key not in self.rivals:
+            return True
+        if any(states.get(r, KEEP)[0] != "keep" for r in self.rivals[key]):
+            return False
+        return states.get(self.owner.get(key, ""), KEEP)[0] != "recompute"
+
+    def apply(self, states: dict[str, State], key: str, s: State) -> dict[str, State]:
+        """A copy of ``states`` with ``key`` set to ``s`` (a recomputed unit voids its
+        fine choices, as in the walk)."""
+        new = dict(states)
+        new[key] = s
+        if s[0] == "recompute" and key in self.inside:
+            for f in self.inside[key]:
+                new[f] = KEEP
+        return new
+
+    def cost(self, key: str, s: State) -> float:
+        return self.ctx.cost(self.by_key[key], s)
+
+
+def overhead(profile: ModelProfile, states: dict[str, State], ctx) -> float:
+    """Predicted overhead of ``states``: the sum of the decisions' costs, summed in the
+    same order as the planner's (:func:`.planner._overhead`)."""
+    from edgetrain.engine.budget.planner import _overhead
+
+    return _overhead(profile, states, ctx)
+
+
+def refine(
+    profile: ModelProfile,
+    budget_bytes: int,
+    states: dict[str, State],
+    ctx,
+    sim: Callable[[ModelProfile, dict[str, State]], np.ndarray],
+    method: str = "hybrid",
+    *,
+    max_moves: int = 200,
+    max_sims: int | None = None,
+    rel_tol: float = 1e-9,
+) -> tuple[dict[str, State], dict]:
+    """Locally optimal states reachable from the feasible ``states`` by drop and
+    exchange moves (module doc); returns (states, stats).  The result fits the budget
+    (``sim(...).max() <= budget_bytes``) and its predicted overhead is never above the
+    start's.  ``stats``: ``before`` / ``after`` overhead (s), accepted ``drops`` and
+    ``exchanges``, ``sims`` (simulator calls), ``capped`` (stopped by ``max_moves``
+    accepted moves or ``max_sims`` simulator calls before a local optimum: the best
+    states found so far are returned; the cap counts calls, not time, so the result is
+    the same on every machine)."""
+    space = _Space(profile, method, ctx)
+    n_sims = [0]
+
+    def peak_of(st: dict[str, State]) -> np.ndarray:
+        if max_sims is not None and n_sims[0] >= max_sims:
+            raise _Capped
+        n_sims[0] += 1
+        return sim(profile, st)
+
+    def excess(mem: np.ndarray) -> int:
+        return int(np.maximum(mem - budget_bytes, 0).sum())
+
+    def cost_of(st: dict[str, State]) -> float:
+        return overhead(profile, st, ctx)
+
+    cur = {k: v for k, v in states.items()}
+    for k in space.by_key:
+        cur.setdefault(k, KEEP)
+    if peak_of(cur).max(initial=0) > budget_bytes:
+        raise ValueError("refine needs a plan that fits the budget")
+    before = cost_of(cur)
+    stats = {"before": before, "drops": 0, "exchanges": 0}
+
+    def decided(st: dict[str, State]) -> list[str]:
+        ks = [k for k in space.by_key if st.get(k, KEEP) != KEEP]
+        return sorted(ks, key=lambda k: -space.cost(k, st[k]))
+
+    def drop_pass(st: dict[str, State]) -> tuple[dict[str, State], int]:
+        """Revert decisions to keep, most expensive first, while the plan fits."""
+        n = 0
+        changed = True
+        while changed:
+            changed = False
+            for k in decided(st):
+                trial = dict(st)
+                trial[k] = KEEP
+                if peak_of(trial).max(initial=0) <= budget_bytes:
+                    st, n, changed = trial, n + 1, True
+                    break
+        return st, n
+
+    def repair(st: dict[str, State], tabu: str, bound: float) -> dict[str, State] | None:
+        """Add the decisions with the most excess removed per second until it fits;
+        None when nothing helps or the cost reaches ``bound``."""
+        mem = peak_of(st)
+        while mem.max(initial=0) > budget_bytes:
+            ex = excess(mem)
+            viol = np.nonzero(mem > budget_bytes)[0]
+            lo, hi = int(viol.min()), int(viol.max())
+            t2 = 2 * profile.n_steps
+            best = None
+            for k, item in space.by_key.items():
+                if k == tabu:
+                    continue
+                step = item.step
+                # a decision at forward step s changes memory from s to its backward step
+                if step > hi or t2 - 1 - step < lo:
+                    continue
+                cur_s = st.get(k, KEEP)
+                for s in space.on_state(k):
+                    if s == cur_s or not space.allowed(st, k, s):
+                        continue
+                    trial = space.apply(st, k, s)
+                    m2 = peak_of(trial)
+                    gain = ex - excess(m2)
+                    if gain <= 0:
+                        continue
+                    dc = cost_of(trial) - cost_of(st)
+                    score = dc / gain
+                    if best is None or score < best[0]:
+                        best = (score, trial, m2)
+            if best is None:
+                return None
+            st, mem = best[1], best[2]
+            if cost_of(st) >= bound:
+                return None
+        return st
+
+    capped = False
+    try:
+        cur, n = drop_pass(cur)
+        stats["drops"] += n
+    except _Capped:
+        capped = True
+    cur_cost = cost_of(cur)
+    moves = 0
+    improved = not capped
+    while improved and moves < max_moves:
+        improved = False
+        for k in decided(cur):
+            alts = [KEEP] + [s for s in space.on_state(k) if s != cur[k]]
+            for alt in alts:
+                if not space.allowed(cur, k, alt):
+                    continue
+                trial = space.apply(cur, k, alt)
+                try:
+                    got = repair(trial, k, cur_cost * (1 - rel_tol))
+                    if got is None:
+                        continue
+                    got, _ = drop_pass(got)
+                except _Capped:
+                    capped = True
+                    break
+                c = cost_of(got)
+                if c < cur_cost * (1 - rel_tol):
+                    cur, cur_cost = got, c
+                    stats["exchanges"] += 1
+                    moves += 1
+                    improved = True
+                    break
+            if improved or capped:
+                break
+    stats.update(after=cur_cost, sims=n_sims[0], capped=capped or moves >= max_moves)
+    return cur, stats
+
+
+class _Capped(Exception):
+    """The simulator-call cap of :func:`refine` was reached."""

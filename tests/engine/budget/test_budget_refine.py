@@ -1,0 +1,145 @@
+"""Local-search refinement of hybrid's greedy plan (:mod:`edgetrain.engine.budget.refine`)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from torch import nn
+
+from edgetrain.engine.budget import minimum_budget, plan, plan_candidates, profile_model
+from edgetrain.engine.budget.alloc import plan_states
+from edgetrain.engine.budget.plan import ExecutionPlan
+from edgetrain.engine.budget.planner import (
+    _candidates,
+    _clash,
+    _Ctx,
+    _overhead,
+    _simulator,
+    simulate,
+)
+from edgetrain.engine.budget.refine import _Space, refine
+from edgetrain.engine.budget.runner import codecs_for
+from edgetrain.engine.budget.swap import IoContentionModel
+
+sys.path.insert(0, str(Path(__file__).parent))
+from test_budget_scope import synthetic_profile  # noqa: E402
+
+from tiny_models import TinyCCT, batch  # noqa: E402
+
+_PROF: dict = {}
+
+
+def tiny_profile():
+    """TinyCCT b4 (regen and mask candidates), with the allocation timeline; once."""
+    if "p" not in _PROF:
+        model = TinyCCT(seed=0)
+        x, y = batch(4)
+        _PROF["p"] = profile_model(
+            model, (x,), lambda out: nn.functional.cross_entropy(out, y),
+            codecs=codecs_for("hybrid"), alloc_timeline=True, in_situ_steps=0, repeats=1,
+        )  # fmt: skip
+    return _PROF["p"]
+
+
+def _lowest_greedy(prof, budget, scope):
+    found = _candidates(prof, budget, "hybrid", IoContentionModel(), scope, refine=False)
+    over, p, _ = min(found, key=lambda f: f[0])
+    return over, plan_states(prof, p)
+
+
+def _exclusions_hold(prof, states):
+    space = _Space(prof, "hybrid", _Ctx(prof, IoContentionModel()))
+    on = [f for f in space.fine if states.get(f.state_key, ("keep",))[0] != "keep"]
+    for i, f in enumerate(on):
+        assert not any(_clash(f, g) for g in on[i + 1 :]), f.state_key
+        owner = space.owner.get(f.state_key)
+        assert owner is None or states.get(owner, ("keep",))[0] != "recompute", f.state_key
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(frac=st.floats(0.0, 1.0), scope=st.sampled_from(["saved", "all"]))
+def test_refined_plan_fits_and_is_never_predicted_slower(frac, scope):
+    prof = tiny_profile()
+    sim = _simulator(scope)
+    unplanned = int(sim(prof, {}).max())
+    least = minimum_budget(prof, "hybrid", scope=scope)
+    budget = int(least + frac * (unplanned - least))
+    over, start = _lowest_greedy(prof, budget, scope)
+    ctx = _Ctx(prof, IoContentionModel())
+    got, stats = refine(prof, budget, start, ctx, sim)
+    assert int(sim(prof, got).max()) <= budget
+    assert stats["after"] == pytest.approx(_overhead(prof, got, ctx))
+    assert stats["after"] <= over * (1 + 1e-12)
+    _exclusions_hold(prof, got)
+    # plan(): the refined candidate enters the choice; never predicted above greedy's
+    greedy = plan(prof, budget, "hybrid", scope=scope, refine=False)
+    p = plan(prof, budget, "hybrid", scope=scope, refine=True)
+    assert p.predicted_peak_bytes <= budget
+    assert int(sim(prof, plan_states(prof, p)).max()) == p.predicted_peak_bytes
+    assert p.predicted_overhead_s <= greedy.predicted_overhead_s * (1 + 1e-9)
+    back = ExecutionPlan.from_json(json.loads(json.dumps(p.to_json())))
+    assert back.to_json() == p.to_json()
+
+
+def test_refine_drops_decisions_that_are_not_needed():
+    """Every unit recomputed under the unplanned peak: all of it can go back to keep."""
+    prof = synthetic_profile(with_alloc=True)
+    budget = int(simulate(prof, {}).max())
+    start = {u.name: ("recompute", None) for u in prof.units}
+    ctx = _Ctx(prof, IoContentionModel())
+    got, stats = refine(prof, budget, start, ctx, simulate)
+    assert all(s[0] == "keep" for s in got.values())
+    assert stats["after"] == 0.0 and stats["before"] > 0.0 and stats["drops"] == len(start)
+
+
+def test_refine_exchanges_an_expensive_decision_for_cheaper_ones():
+    """At 90% of the synthetic profile's unplanned peak the walks that recompute a unit
+    (cost 10.5 ms) are refined to a plan of fine decisions only (0.8 ms): an exchange,
+    since no single decision can be dropped without breaking the budget."""
+    prof = synthetic_profile(with_alloc=True)
+    budget = int(0.9 * simulate(prof, {}).max())
+    found = _candidates(prof, budget, "hybrid", IoContentionModel(), "saved", refine=False)
+    worst = max(found, key=lambda f: f[0])
+    start = plan_states(prof, worst[1])
+    ctx = _Ctx(prof, IoContentionModel())
+    got, stats = refine(prof, budget, start, ctx, simulate)
+    assert stats["exchanges"] >= 1
+    assert stats["after"] < 0.5 * worst[0]
+    assert int(simulate(prof, got).max()) <= budget
+
+
+def test_refine_rejects_a_plan_that_does_not_fit():
+    prof = synthetic_profile()
+    with pytest.raises(ValueError, match="fits the budget"):
+        refine(prof, 1, {}, _Ctx(prof, IoContentionModel()), simulate)
+
+
+def test_saved_scope_default_is_the_greedy_choice_and_all_scope_refines():
+    """``refine=None`` (default): off under scope "saved" (the greedy plans, byte for
+    byte), on under scope "all" (the refined candidate is among plan_candidates)."""
+    prof = synthetic_profile(with_alloc=True)
+    for frac in (0.9, 0.7, 0.5, 0.3):
+        budget = int(frac * simulate(prof, {}).max())
+        assert json.dumps(plan(prof, budget, "hybrid").to_json()) == json.dumps(
+            plan(prof, budget, "hybrid", refine=False).to_json()
+        )
+    b_all = int(0.3 * _simulator("all")(prof, {}).max())
+    refined = plan_candidates(prof, b_all, "hybrid", scope="all")
+    greedy = plan_candidates(prof, b_all, "hybrid", scope="all", refine=False)
+    assert min(p.predicted_overhead_s for p in refined) < min(
+        p.predicted_overhead_s for p in greedy
+    )
+
+
+def test_a_capped_refinement_still_fits():
+    prof = synthetic_profile(with_alloc=True)
+    budget = int(0.9 * simulate(prof, {}).max())
+    start = {u.name: ("recompute", None) for u in prof.units}
+    got, stats = refine(prof, budget, start, _Ctx(prof, IoContentionModel()), simulate, max_sims=3)
+    assert stats["capped"] and stats["sims"] == 3
+    assert int(simulate(prof, got).max()) <= budget and stats["after"] <= stats["before"]
