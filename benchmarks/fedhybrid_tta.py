@@ -53,6 +53,8 @@ import resource
 import sys
 import time
 
+import numpy as np
+
 from edgetrain.config import parse_config
 from edgetrain.federated import FederatedConfig, FederatedServer, build_environment, compare
 from edgetrain.federated.methods import COMPARE_METHODS
@@ -244,13 +246,54 @@ def lost_rounds(recs: list[dict]) -> dict[str, int]:
     return out
 
 
-def table3_summary(rows: list[dict], recs: dict[str, list[dict]]) -> dict:
+# a round counts as one class when at least this share of the test split is predicted as a
+# single class
+ONE_CLASS_SHARE = 0.95
+
+
+def collapse_stats(recs: list[dict], label_share: list[float] | None = None) -> dict:
+    """How often the global model predicts one class, and whether the clients aggregated
+    next hold that class (round 12, issue 6).
+
+    ``one_class_rounds``: evaluated rounds where at least ``ONE_CLASS_SHARE`` of the test
+    split is predicted as one class. ``cohort_share_of_predicted``: the median, over rounds
+    2.., of the share of round r's aggregated samples (the aggregation weights) whose label
+    is the class the model predicted most after round r - 1; ``train_share_of_predicted``:
+    the median share of that class in the training split (``label_share``), what an
+    unbiased cohort holds on average. Records without predictions give None."""
+    hists = [r.get("pred_hist") for r in recs]
+    ev = [h for h in hists if h]
+    out: dict = {
+        "evaluated_rounds": len(ev),
+        "one_class_rounds": sum(1 for h in ev if max(h) >= ONE_CLASS_SHARE * sum(h)),
+        "cohort_share_of_predicted": None,
+        "train_share_of_predicted": None,
+    }
+    cohort, train = [], []
+    for prev, r in zip(recs, recs[1:], strict=False):
+        h, lab = prev.get("pred_hist"), r.get("aggregated_labels")
+        if not h or not lab or sum(lab) == 0:
+            continue
+        c = max(range(len(h)), key=lambda i: (h[i], -i))
+        cohort.append(lab[c] / sum(lab))
+        if label_share is not None:
+            train.append(label_share[c])
+    if cohort:
+        out["cohort_share_of_predicted"] = float(np.median(cohort))
+        out["train_share_of_predicted"] = float(np.median(train)) if train else None
+    return out
+
+
+def table3_summary(
+    rows: list[dict], recs: dict[str, list[dict]], label_share: list[float] | None = None
+) -> dict:
     """Table 3's comparison of one seed: FedHybrid vs Oort (time to Random's best accuracy,
     final and best accuracy), accuracy at common rounds (quarter marks of the shortest
     run), the mean accuracy over the last eighth of the common rounds (``last_mean``, over
     ``last_rounds`` rounds: one round's accuracy on a small test split is noisy), the round
-    each method first reaches the target, and each method's client-rounds lost to kills /
-    page reclaim."""
+    each method first reaches the target, each method's client-rounds lost to kills /
+    page reclaim, and over the common rounds its :func:`collapse_stats` (``label_share``:
+    the training split's class shares)."""
     by = {r["method"]: r for r in rows if "skipped" not in r}
     common = min(len(v) for v in recs.values())
     marks = sorted({max(1, common * q // 4) for q in (1, 2, 3, 4)})
@@ -277,6 +320,7 @@ def table3_summary(rows: list[dict], recs: dict[str, list[dict]]) -> dict:
             for m, v in recs.items()
         },
         "lost": {m: lost_rounds(v) for m, v in recs.items()},
+        "collapse": {m: collapse_stats(v[:common], label_share) for m, v in recs.items()},
     }
     fh, oo = by.get("fedhybrid"), by.get("oort")
     if fh and oo:
@@ -313,6 +357,16 @@ def print_summary(agg: str, summ: dict) -> None:
     for m, v in summ["lost"].items():
         print(f"    {m:<18}{v['selected']:>6} /{v['killed']:>5} /{v['pressure']:>5} /"
               f"{v['late']:>5} /{v['planned']:>5}")  # fmt: skip
+    if any(c["evaluated_rounds"] for c in summ.get("collapse", {}).values()):
+        print(f"  common rounds predicting one class (>= {100 * ONE_CLASS_SHARE:.0f} % of the "
+              "test split); median share of a round's aggregated samples labelled with the "
+              "class predicted most after the round before (training split's share of it)")  # fmt: skip
+        for m, c in summ["collapse"].items():
+            co, tr = c["cohort_share_of_predicted"], c["train_share_of_predicted"]
+            cells = "-" if co is None else f"{100 * co:.1f} %"
+            if co is not None and tr is not None:
+                cells += f" ({100 * tr:.1f} %)"
+            print(f"    {m:<18}{c['one_class_rounds']:>4} / {c['evaluated_rounds']:<4}{cells}")
 
 
 # Table 4's baselines (FedHybrid §5.3): Oort with each memory technique applied uniformly
@@ -514,7 +568,10 @@ def main(argv: list[str] | None = None) -> int:
         out["tables"][agg] = rows
         out["curves"][agg] = curves(recs)
         if args.task != "mnist":  # the MNIST JSON stays as before
-            summ = out.setdefault("summary", {})[agg] = table3_summary(rows, recs)
+            ys = env.train.y.numpy()
+            counts = np.bincount(ys, minlength=int(max(ys.max(), env.test.y.numpy().max())) + 1)
+            share = (counts / counts.sum()).tolist()
+            summ = out.setdefault("summary", {})[agg] = table3_summary(rows, recs, share)
             if any(r["method"] in TABLE4_LABELS for r in rows) and "fedhybrid" in recs:
                 summ["table4"] = table4_summary(rows, summ)
         if env.plan_service is not None:  # Table 4 baselines: the fleet-wide plans

@@ -59,6 +59,13 @@ def test_bbc_quick_prints_table3_layout(tta, capsys, tmp_path):
         # every selected client-round has one outcome: int(1.3 x 4) = 5 a round
         assert lost["selected"] == 5 * 3
         assert 0 <= lost["killed"] + lost["pressure"] + lost["late"] <= lost["selected"]
+    # every evaluated round has a predicted-class histogram over the test split
+    assert "common rounds predicting one class" in text
+    for m in ("random", "oort", "fedhybrid", "oort+compress"):
+        c = summ["collapse"][m]
+        assert c["evaluated_rounds"] == 3 and 0 <= c["one_class_rounds"] <= 3
+        assert 0 <= c["cohort_share_of_predicted"] <= 1
+        assert 0 < c["train_share_of_predicted"] < 1
     task = out["task"]
     assert task["name"] == "bbc-bert" and task["clients"] == 12
     # the held-out split of the 300 sampled articles, all of it evaluated
@@ -166,3 +173,20 @@ def test_task_config_one_builder(tta):
     assert q.memory.plan_model is None and q.model.options["hidden"] == 32
     with pytest.raises(ValueError, match="unknown task 'cifar'"):
         tta.task_config(True, "fedprox", 0, task="cifar")
+
+
+def test_collapse_stats_counts_one_class_rounds_and_the_next_cohort(tta):
+    recs = [
+        {"pred_hist": [10, 0], "aggregated_labels": [1, 1]},
+        {"pred_hist": [5, 5], "aggregated_labels": [3, 1]},  # after a class-0 round: 3 / 4
+        {"pred_hist": [0, 10], "aggregated_labels": [0, 4]},  # tie before: class 0, 0 / 4
+        {"pred_hist": None, "aggregated_labels": [2, 2]},  # not evaluated: class 1, 2 / 4
+        {"pred_hist": [9, 1], "aggregated_labels": [1, 3]},  # nothing evaluated before
+    ]
+    c = tta.collapse_stats(recs, [0.6, 0.4])
+    assert c["evaluated_rounds"] == 4
+    assert c["one_class_rounds"] == 2  # 10/10 twice; 9/10 is below 95 %
+    assert c["cohort_share_of_predicted"] == pytest.approx(0.5)  # median of 0.75, 0, 0.5
+    assert c["train_share_of_predicted"] == pytest.approx(0.6)  # median of 0.6, 0.6, 0.4
+    none = tta.collapse_stats([{"accuracy": 0.5}], None)
+    assert none["evaluated_rounds"] == 0 and none["cohort_share_of_predicted"] is None

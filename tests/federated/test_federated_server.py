@@ -238,3 +238,31 @@ def test_overcommit_and_deadline_in_rounds(env, plans):
         replace(env, config=_cfg(federated={"overcommit": 1.0})), "random", "fedavg", None, plans
     )
     assert all(r["n_selected"] == 4 for r in one.run(2))
+
+
+def test_records_hold_predictions_and_the_aggregated_label_mix(env, plans):
+    srv = FederatedServer(env, "fedhybrid", "fedyogi", None, plans)
+    ran: list[list[int]] = []
+    run = srv.executor.run
+
+    def spy(state, tasks):
+        ran.append([t.cid for t in tasks])
+        return run(state, tasks)
+
+    srv.executor.run = spy
+    y = env.train.y
+    for rec, cids in zip(srv.run(3), ran, strict=True):
+        # the histogram is the global model's predictions on the whole test split
+        assert sum(rec["pred_hist"]) == len(env.test.y)
+        lab = rec["aggregated_labels"]
+        assert len(lab) == int(max(int(y.max()), int(env.test.y.max()))) + 1
+        idx = torch.as_tensor([i for c in cids for i in env.parts[c]], dtype=torch.long)
+        assert lab == torch.bincount(y[idx], minlength=len(lab)).tolist()
+        assert sum(lab) == sum(int(env.n_samples[c]) for c in cids)
+    model = env.build_model()
+    model.load_state_dict(srv.global_state)
+    model.eval()
+    with torch.no_grad():
+        pred = model(env.test.x).argmax(1)
+    assert rec["pred_hist"] == torch.bincount(pred, minlength=len(rec["pred_hist"])).tolist()
+    assert rec["accuracy"] == pytest.approx(float((pred == env.test.y).float().mean()))

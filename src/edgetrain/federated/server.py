@@ -430,9 +430,10 @@ class FederatedServer:
         self.selector.update(r, feedback)
         # evaluation (real)
         acc = loss = None
+        pred_hist: list[int] | None = None
         if r % f.eval_every == 0 or r == f.rounds:
             self.model.load_state_dict(self.global_state)
-            loss, acc = evaluate(self.model, env.test.x, env.test.y)
+            loss, acc, pred_hist = _evaluate_hist(self.model, env.test.x, env.test.y)
         energy = [c.cost.energy_j for c in rounds if c.cost is not None]
         participation: dict[str, dict[str, int]] = {}
         for c in rounds:
@@ -466,6 +467,11 @@ class FederatedServer:
             "outcomes": decisions,
             "plan_decisions": plan_decisions,
             "compressed_clients": sum(1 for t in tasks if t.codec_share),
+            # the test split's predictions per class (one class near len(test) = the model
+            # predicts one class) and the label counts of the aggregated clients' partitions
+            # (their sample-weighted class mix: the aggregation weights are sample counts)
+            "pred_hist": pred_hist,
+            "aggregated_labels": self._label_counts([c.cid for c in train]),
             # aggregated updates trained under a plan (the plan machinery's reach)
             "planned_aggregated": sum(
                 1
@@ -497,6 +503,17 @@ class FederatedServer:
             self.run_dir.log_metrics(rec)
             self.checkpoint()
         return rec
+
+    def _label_counts(self, cids: list[int]) -> list[int] | None:
+        """Summed label counts of the clients' partitions (None: labels are not classes)."""
+        y = self.env.train.y
+        if not isinstance(y, torch.Tensor) or y.dtype not in (torch.int64, torch.int32):
+            return None
+        n = int(max(int(y.max()), int(self.env.test.y.max()))) + 1 if len(y) else 0
+        idx = [i for c in cids for i in self.env.parts[c]]
+        if not idx:
+            return [0] * n
+        return torch.bincount(y[torch.as_tensor(idx, dtype=torch.long)], minlength=n).tolist()
 
     def _round_time(self, rounds: list[ClientRound], reported: list[ClientRound], k: int) -> float:
         """Simulated length of a round.
@@ -596,6 +613,23 @@ class FederatedServer:
         path.write_text("".join(json.dumps(m, sort_keys=True) + "\n" for m in rows))
         self.records = rows
         return True
+
+
+def _evaluate_hist(
+    model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor
+) -> tuple[float, float, list[int]]:
+    """:func:`~edgetrain.engine.trainer.evaluate` (same loss and accuracy) plus the count of
+    test samples predicted as each class."""
+    counts: list[torch.Tensor] = []
+
+    def forward(*xb):
+        out = model(*xb)
+        counts.append(torch.bincount(out.argmax(dim=1), minlength=out.shape[1]))
+        return out
+
+    loss, acc = evaluate(model, x, y, forward=forward)
+    hist = torch.stack(counts).sum(0).tolist() if counts else []
+    return loss, acc, hist
 
 
 def _codec_share(c: ClientRound) -> tuple[tuple[str, float], ...]:
