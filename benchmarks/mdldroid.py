@@ -81,6 +81,7 @@ from edgetrain.decentralized.tiebreak import TIE_BREAKS
 from edgetrain.decentralized.trainer import (
     ChainConfig,
     build_fleet,
+    evaluate,
     run_chain,
     training_flops_per_sample,
 )
@@ -1161,6 +1162,7 @@ def drift_section(ds, variants, aggs_list, epochs: int, seeds: list[int]) -> Non
         label, over, how = DRIFT_VARIANTS[v]
         acc = {k: [] for k in aggs_list}
         loss = {k: [] for k in aggs_list}
+        train = {k: [] for k in aggs_list}
         drift = {k: [] for k in aggs_list}
         step = {k: [] for k in aggs_list}
         ratio = {k: [] for k in aggs_list}
@@ -1184,13 +1186,29 @@ def drift_section(ds, variants, aggs_list, epochs: int, seeds: list[int]) -> Non
                 r = run_chain(cfg, dataset=vds, on_iteration=hook)
                 acc[k].append(r.accuracy)
                 loss[k].append(r.epochs[-1]["loss"])
+                fleet = build_fleet(cfg, vds)
+                model = models.build(
+                    cfg.model,
+                    in_channels=fleet.in_channels,
+                    length=fleet.length,
+                    num_classes=fleet.num_classes,
+                    seed=seed,
+                )
+                model.load_state_dict(r.final_state)
+                train[k].append(
+                    evaluate(
+                        model,
+                        torch.cat([x for x, _ in fleet.parts]),
+                        torch.cat([y for _, y in fleet.parts]),
+                    )[1]
+                )
                 drift[k].append(statistics.median(d for d, _ in per_it))
                 step[k].append(statistics.median(s for _, s in per_it))
                 ratio[k].append(statistics.median(d / s for d, s in per_it if s > 0))
                 if k == aggs_list[0]:
-                    fleet = build_fleet(cfg, vds)
                     sizes = [len(y) for _, y in fleet.parts]
                     tv.append(label_tv(fleet.parts, fleet.num_classes))
+                    b2_end.append(gradient_dissimilarity(model, fleet.parts))
                     model = models.build(
                         cfg.model,
                         in_channels=fleet.in_channels,
@@ -1199,8 +1217,6 @@ def drift_section(ds, variants, aggs_list, epochs: int, seeds: list[int]) -> Non
                         seed=seed,
                     )
                     b2_init.append(gradient_dissimilarity(model, fleet.parts))
-                    model.load_state_dict(r.final_state)
-                    b2_end.append(gradient_dissimilarity(model, fleet.parts))
             print(
                 f"  {v} seed {seed}: "
                 + ", ".join(f"{k}/epoch {acc[k][-1]:.2f} %" for k in aggs_list),
@@ -1222,6 +1238,8 @@ def drift_section(ds, variants, aggs_list, epochs: int, seeds: list[int]) -> Non
             d_loss = [a - b for a, b in zip(loss[k], loss[base], strict=True)]
             hi, lo = sum(x > 0 for x in d_acc), sum(x < 0 for x in d_acc)
             lhi, llo = sum(x > 0 for x in d_loss), sum(x < 0 for x in d_loss)
+            d_train = [a - b for a, b in zip(train[k], train[base], strict=True)]
+            thi, tlo = sum(x > 0 for x in d_train), sum(x < 0 for x in d_train)
             rows.append(
                 [
                     v,
@@ -1234,6 +1252,10 @@ def drift_section(ds, variants, aggs_list, epochs: int, seeds: list[int]) -> Non
                     f"{statistics.mean(d_loss):+.4f}",
                     f"{llo}/{lhi}/{len(d_loss) - lhi - llo}",
                     f"{_sign_p(lhi, llo):.3f}",
+                    f"{statistics.median(train[k]):.4f}",
+                    f"{statistics.mean(d_train):+.4f}",
+                    f"{tlo}/{thi}/{len(d_train) - thi - tlo}",
+                    f"{_sign_p(thi, tlo):.3f}",
                     statistics.median(step[k]),
                     statistics.median(drift[k]),
                     statistics.median(ratio[k]),
@@ -1241,6 +1263,7 @@ def drift_section(ds, variants, aggs_list, epochs: int, seeds: list[int]) -> Non
             )
             print(f"  {v} {k}/epoch accuracy per seed: {' '.join(f'{a:.2f}' for a in acc[k])}")
             print(f"  {v} {k}/epoch test loss per seed: {' '.join(f'{x:.4f}' for x in loss[k])}")
+            print(f"  {v} {k}/epoch train loss per seed: {' '.join(f'{x:.4f}' for x in train[k])}")
     table(
         f"Heterogeneity of the splits (median over seeds {seeds}): training windows per "
         "device; label TV = mean total-variation distance of a device's activity mix from "
@@ -1254,7 +1277,8 @@ def drift_section(ds, variants, aggs_list, epochs: int, seeds: list[int]) -> Non
         f"Aggregations per epoch, E{epochs}, paired by seed against {aggs_list[0]} per epoch "
         f"({len(seeds)} seeds; Ring order, no busy device, Chain aggregation, LeNet, plain "
         "SGD): accuracy median [min, max]; Δ = mean paired difference; higher/lower/tie and a "
-        "two-sided sign test; test loss the same (better = lower); drift = RMS over devices "
+        "two-sided sign test; test loss and training loss (all devices' training windows) the "
+        "same (better = lower); drift = RMS over devices "
         "of ‖w_d − w̄‖ just before an aggregation, step = ‖w̄ − w_global‖, medians over the "
         "run's aggregations, then over seeds",
         [
@@ -1268,6 +1292,10 @@ def drift_section(ds, variants, aggs_list, epochs: int, seeds: list[int]) -> Non
             "Δ loss",
             "better/worse/tie",
             "p (loss)",
+            "train loss",
+            "Δ train",
+            "better/worse/tie (train)",
+            "p (train)",
             "step",
             "drift",
             "drift/step",
