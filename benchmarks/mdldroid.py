@@ -33,7 +33,7 @@ Sections (paper figure in brackets; ``--sections`` names in parentheses):
 9. (drift, not in the default list) why aggregations per epoch leave accuracy level: accuracy
    and test loss at 1, 2, 10 aggregations per epoch paired by seed, client drift before each
    aggregation and the data heterogeneity, in the trade-off's split and in more
-   heterogeneous ones (one person per device, split by activity, 4x lr, 4x local steps).
+   heterogeneous ones (one person per device, split by activity, 2x and 4x lr, 4x local steps).
 Time and energy are simulated from the device profiles; accuracy is real.
 """
 
@@ -1092,6 +1092,7 @@ DRIFT_VARIANTS = {
     "person": ("N=10, one person per device", {"devices": 10}, None),
     "iid": ("N=4, one person's windows spread IID", {"devices": 4, "setting": "individual"}, None),
     "label": ("N=4, split by activity (1-2 of 7 per device)", {"devices": 4}, "label"),
+    "lr2": ("N=4 as base, lr 0.1 (2x)", {"devices": 4, "lr": 0.1}, None),
     "lr": ("N=4 as base, lr 0.2 (4x)", {"devices": 4, "lr": 0.2}, None),
     "steps": ("N=4 as base, batch 4 (4x local steps)", {"devices": 4, "batch_size": 4}, None),
 }
