@@ -143,3 +143,17 @@ def test_a_capped_refinement_still_fits():
     got, stats = refine(prof, budget, start, _Ctx(prof, IoContentionModel()), simulate, max_sims=3)
     assert stats["capped"] and stats["sims"] == 3
     assert int(simulate(prof, got).max()) <= budget and stats["after"] <= stats["before"]
+
+
+def test_exact_refinement_adds_no_compression():
+    """From every unit recomputed at 50% of the synthetic profile's peak, the free search
+    compresses units (cheaper there) and the exact one does not."""
+    prof = synthetic_profile(with_alloc=True)
+    budget = int(0.5 * simulate(prof, {}).max())
+    start = {u.name: ("recompute", None) for u in prof.units}
+    ctx = _Ctx(prof, IoContentionModel())
+    free, _ = refine(prof, budget, start, ctx, simulate)
+    exact, stats = refine(prof, budget, start, ctx, simulate, exact=True)
+    assert any(s[0] == "compress" for s in free.values())
+    assert not any(s[0] == "compress" for s in exact.values())
+    assert int(simulate(prof, exact).max()) <= budget and stats["after"] <= stats["before"]

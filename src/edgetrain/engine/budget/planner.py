@@ -555,11 +555,13 @@ def plan_candidates(
     fastest (autotune) is the alternative to trusting the prediction.  BudgetError if
     none fits.
 
-    ``refine`` (``hybrid`` only): one more candidate, walk ``"refined"``: the lowest-
-    predicted walk's states after :func:`.refine.refine` (drop and exchange moves under
-    the same memory model and costs; never predicted above its start).  It enters the
-    same choice, so a refined plan within the tolerance of a plan with fewer lossy /
-    recomputation decisions still loses to that plan.  Default (None): on under
+    ``refine`` (``hybrid`` only): up to two more candidates, walk ``"refined"``: the
+    lowest-predicted walk's states after :func:`.refine.refine` (drop and exchange moves
+    under the same memory model and costs; never predicted above its start), and walk
+    ``"refined-exact"``: the lowest-predicted walk without compression, refined with
+    moves that add none (so that the tie rule below has a lossless refined plan to
+    prefer).  They enter the same choice, so a refined plan within the tolerance of a
+    plan with fewer lossy / recomputation decisions still loses to that plan.  Default (None): on under
     ``scope="all"`` only, so that ``scope="saved"`` plans stay those of the greedy walks
     (pinned byte for byte by a fixture, tests/engine/budget/test_budget_scope.py).
     """
@@ -635,8 +637,9 @@ def _candidates(
     refine: bool = False,
 ) -> list[tuple[float, ExecutionPlan, str]]:
     """(predicted overhead, plan, walk's ladder) of every walk that fits; BudgetError
-    if none does.  ``refine`` (``hybrid``): plus the refinement of the lowest-predicted
-    walk (walk ``"refined"``), when it differs from its start."""
+    if none does.  ``refine`` (``hybrid``): plus the refinements of the lowest-predicted
+    walk (walk ``"refined"``) and of the lowest-predicted walk without compression
+    (``"refined-exact"``), each when it lowered the prediction."""
     io = io or IoContentionModel()
     # Algorithm 1 is greedy and its path depends on the candidates: with regen
     # candidates (fine units) and without them (units only), keep the feasible plan
@@ -659,9 +662,14 @@ def _candidates(
         over = _overhead(profile, states, r.ctx)
         found.append((over, peak, states, mps_at, r, walk_method))
     if refine and method == "hybrid" and found:
-        better = _refined(profile, budget_bytes, min(found, key=lambda f: f[0]), scope)
-        if better is not None:
-            found.append(better)
+        exact = [f for f in found if all(s[0] != "compress" for s in f[2].values())]
+        starts = [(min(found, key=lambda f: f[0]), False)]
+        if exact:
+            starts.append((min(exact, key=lambda f: f[0]), True))
+        for start, lossless in starts:
+            better = _refined(profile, budget_bytes, start, scope, lossless)
+            if better is not None:
+                found.append(better)
     if not found:
         if scope == "all":
             raise BudgetError(
@@ -694,22 +702,25 @@ def _refined(
     budget_bytes: int,
     start: tuple[float, int, dict[str, State], dict[str, float], _Result, str],
     scope: str,
+    exact: bool = False,
 ) -> tuple[float, int, dict[str, State], dict[str, float], _Result, str] | None:
     """The refinement (:func:`.refine.refine`) of one feasible walk's states as one more
-    entry of :func:`_candidates` (walk ``"refined"``); None when no move lowered the
-    prediction.  MPS values are kept for the decisions the start had in the same state."""
+    entry of :func:`_candidates` (walk ``"refined"``, or ``"refined-exact"`` when its
+    moves add no compression); None when no move lowered the prediction.  MPS values
+    are kept for the decisions the start had in the same state."""
     from edgetrain.engine.budget.refine import refine
 
     over, _, states, mps_at, r, _ = start
     sim = _simulator(scope)
     got, stats = refine(
-        profile, budget_bytes, states, r.ctx, sim, "hybrid", max_sims=REFINE_MAX_SIMS
+        profile, budget_bytes, states, r.ctx, sim, "hybrid", max_sims=REFINE_MAX_SIMS, exact=exact
     )
     if stats["after"] >= over:
         return None
     mps = {k: v for k, v in mps_at.items() if got.get(k) == states.get(k)}
     peak = int(sim(profile, got).max(initial=0))
-    return (_overhead(profile, got, r.ctx), peak, got, mps, r, "refined")
+    walk = "refined-exact" if exact else "refined"
+    return (_overhead(profile, got, r.ctx), peak, got, mps, r, walk)
 
 
 def _overhead(profile: ModelProfile, states: dict[str, State], ctx: _Ctx) -> float:

@@ -40,7 +40,7 @@ KEEP: State = ("keep", None)
 class _Space:
     """The decision space of one method on one profile (the walk's candidates)."""
 
-    def __init__(self, profile: ModelProfile, method: str, ctx) -> None:
+    def __init__(self, profile: ModelProfile, method: str, ctx, exact: bool = False) -> None:
         from edgetrain.engine.budget.planner import (
             _LADDER,
             MASK_METHODS,
@@ -54,6 +54,8 @@ class _Space:
         unit_states: set[State] = set()
         for nxts in ladder.values():
             unit_states.update(nxts)
+        if exact:  # lossless decisions only: no unit is newly compressed
+            unit_states = {s for s in unit_states if s[0] != "compress"} | {KEEP}
         self.unit_states = sorted(unit_states, key=lambda s: (s[0], s[1] or ""))
         self.units = [u for u in profile.units if u.calls == 1 and self.unit_states]
         regens = list(profile.regens) if method in REGEN_METHODS else []
@@ -129,6 +131,7 @@ def refine(
     *,
     max_moves: int = 200,
     max_sims: int | None = None,
+    exact: bool = False,
     rel_tol: float = 1e-9,
 ) -> tuple[dict[str, State], dict]:
     """Locally optimal states reachable from the feasible ``states`` by drop and
@@ -138,8 +141,9 @@ def refine(
     ``exchanges``, ``sims`` (simulator calls), ``capped`` (stopped by ``max_moves``
     accepted moves or ``max_sims`` simulator calls before a local optimum: the best
     states found so far are returned; the cap counts calls, not time, so the result is
-    the same on every machine)."""
-    space = _Space(profile, method, ctx)
+    the same on every machine).  ``exact``: moves add no compression (a compressed
+    unit of the start may still be reverted)."""
+    space = _Space(profile, method, ctx, exact)
     n_sims = [0]
 
     def peak_of(st: dict[str, State]) -> np.ndarray:
