@@ -98,6 +98,16 @@ def test_aggregations_per_epoch_cut_one_epoch_of_local_steps(tiny):
     assert not torch.allclose(four1.final_state[w], four3.final_state[w], atol=1e-4)
 
 
+def test_more_aggregations_than_batches_is_refused(tiny):
+    """A device with fewer batches per epoch than aggregations would train nothing in
+    some segments and send a zero delta (seen with one person's windows spread over four
+    devices: 3 batches each, 10 aggregations per epoch)."""
+    cfg = _cfg(devices=4, setting="individual", batch_size=16, aggs_per_epoch=10)
+    with pytest.raises(ConfigError, match="exceeds the 2 batches"):
+        run_chain(cfg, dataset=tiny)
+    run_chain(_cfg(devices=4, setting="individual", aggs_per_epoch=2, epochs=1), dataset=tiny)
+
+
 def test_fault_kill_and_rejoin(tiny, tmp_path):
     clean = run_chain(_cfg(epochs=4), dataset=tiny)
     rd = RunDir.create("fault", tmp_path)

@@ -315,6 +315,15 @@ def run_chain(
     cfg.check()
     fleet = build_fleet(cfg, dataset)
     n = cfg.devices
+    fewest = min(math.ceil(len(y) / cfg.batch_size) for _, y in fleet.parts)
+    if cfg.aggs_per_epoch > fewest:
+        # a segment without a batch would aggregate zero deltas: a round that is charged
+        # on the clock and trains nothing
+        raise ConfigError(
+            f"aggs_per_epoch {cfg.aggs_per_epoch} exceeds the {fewest} batches of the "
+            f"smallest device's epoch (batch size {cfg.batch_size}); use "
+            f"aggs_per_epoch <= {fewest} or a smaller batch size"
+        )
     model = emodels.build(
         cfg.model,
         in_channels=fleet.in_channels,
