@@ -1161,16 +1161,25 @@ def drift_section(ds, variants, aggs_list, epochs: int, seeds: list[int]) -> Non
     het_rows, rows = [], []
     for v in variants:
         label, over, how = DRIFT_VARIANTS[v]
-        acc = {k: [] for k in aggs_list}
-        loss = {k: [] for k in aggs_list}
-        train = {k: [] for k in aggs_list}
-        drift = {k: [] for k in aggs_list}
-        step = {k: [] for k in aggs_list}
-        ratio = {k: [] for k in aggs_list}
+        probe = ChainConfig(seed=seeds[0], **over)
+        parts = build_fleet(probe, _regroup(ds, how, seeds[0])).parts
+        fewest = min(math.ceil(len(y) / probe.batch_size) for _, y in parts)
+        ks = [k for k in aggs_list if k <= fewest]
+        if ks != list(aggs_list):
+            print(
+                f"  {v}: {', '.join(str(k) for k in aggs_list if k > fewest)} aggregations per "
+                f"epoch skipped: a device's epoch has {fewest} batches"
+            )
+        acc = {k: [] for k in ks}
+        loss = {k: [] for k in ks}
+        train = {k: [] for k in ks}
+        drift = {k: [] for k in ks}
+        step = {k: [] for k in ks}
+        ratio = {k: [] for k in ks}
         b2_init, b2_end, tv, sizes = [], [], [], None
         for seed in seeds:
             vds = _regroup(ds, how, seed)
-            for k in aggs_list:
+            for k in ks:
                 cfg = ChainConfig(
                     scheduler="ring",
                     busy="none",
@@ -1206,7 +1215,7 @@ def drift_section(ds, variants, aggs_list, epochs: int, seeds: list[int]) -> Non
                 drift[k].append(statistics.median(d for d, _ in per_it))
                 step[k].append(statistics.median(s for _, s in per_it))
                 ratio[k].append(statistics.median(d / s for d, s in per_it if s > 0))
-                if k == aggs_list[0]:
+                if k == ks[0]:
                     sizes = [len(y) for _, y in fleet.parts]
                     tv.append(label_tv(fleet.parts, fleet.num_classes))
                     b2_end.append(gradient_dissimilarity(model, fleet.parts))
@@ -1219,8 +1228,7 @@ def drift_section(ds, variants, aggs_list, epochs: int, seeds: list[int]) -> Non
                     )
                     b2_init.append(gradient_dissimilarity(model, fleet.parts))
             print(
-                f"  {v} seed {seed}: "
-                + ", ".join(f"{k}/epoch {acc[k][-1]:.2f} %" for k in aggs_list),
+                f"  {v} seed {seed}: " + ", ".join(f"{k}/epoch {acc[k][-1]:.2f} %" for k in ks),
                 flush=True,
             )
         het_rows.append(
@@ -1233,8 +1241,8 @@ def drift_section(ds, variants, aggs_list, epochs: int, seeds: list[int]) -> Non
                 statistics.median(b2_end),
             ]
         )
-        base = aggs_list[0]
-        for k in aggs_list:
+        base = ks[0]
+        for k in ks:
             d_acc = [a - b for a, b in zip(acc[k], acc[base], strict=True)]
             d_loss = [a - b for a, b in zip(loss[k], loss[base], strict=True)]
             hi, lo = sum(x > 0 for x in d_acc), sum(x < 0 for x in d_acc)
@@ -1246,6 +1254,7 @@ def drift_section(ds, variants, aggs_list, epochs: int, seeds: list[int]) -> Non
                     v,
                     k,
                     f"{statistics.median(acc[k]):.2f} [{min(acc[k]):.2f}, {max(acc[k]):.2f}]",
+                    sum(not math.isfinite(x) for x in loss[k]),
                     f"{statistics.mean(d_acc):+.2f}",
                     f"{hi}/{lo}/{len(d_acc) - hi - lo}",
                     f"{_sign_p(hi, lo):.3f}",
@@ -1278,7 +1287,7 @@ def drift_section(ds, variants, aggs_list, epochs: int, seeds: list[int]) -> Non
         f"Aggregations per epoch, E{epochs}, paired by seed against {aggs_list[0]} per epoch "
         f"({len(seeds)} seeds; Ring order, no busy device, Chain aggregation, LeNet, plain "
         "SGD): accuracy median [min, max]; Δ = mean paired difference; higher/lower/tie and a "
-        "two-sided sign test; test loss and training loss (all devices' training windows) the "
+        "two-sided sign test (a pair with a diverged run, test loss nan, counts as a tie); test loss and training loss (all devices' training windows) the "
         "same (better = lower); drift = RMS over devices "
         "of ‖w_d − w̄‖ just before an aggregation, step = ‖w̄ − w_global‖, medians over the "
         "run's aggregations, then over seeds",
@@ -1286,6 +1295,7 @@ def drift_section(ds, variants, aggs_list, epochs: int, seeds: list[int]) -> Non
             "split",
             "aggs/epoch",
             "accuracy %",
+            "diverged",
             "Δ acc",
             "higher/lower/tie",
             "p",

@@ -172,4 +172,5 @@ def test_drift_section_on_synthetic(capsys):
     start = next(i for i, r in enumerate(lines) if r.startswith("## Aggregations per epoch"))
     rows = [r.split("|") for r in lines[start + 3 :] if r.startswith("| base | ")]
     assert [c[2].strip() for c in rows] == ["1", "2"]
-    assert rows[0][5].strip() == "0/0/1"  # k = 1 paired with itself
+    assert rows[0][6].strip() == "0/0/1"  # k = 1 paired with itself
+    assert rows[0][4].strip() == "0"  # no diverged run
