@@ -421,7 +421,7 @@ def _interleaved(model, entries, inputs, loss_fn, repeats, seed=0, order_seed=0)
 def _planner(k: str) -> bool:
     """A planner entry (paired with the baselines): a method, ``hybrid-tuned`` or a
     ``--by-kind`` part of hybrid's plan."""
-    return k in METHODS or k == "hybrid-tuned" or k.startswith("hybrid-only-")
+    return k in METHODS or k in ("hybrid-tuned", "hybrid-exact") or k.startswith("hybrid-only-")
 
 
 def _round_ratios(model, entries, inputs, loss_fn, repeats, rounds):
@@ -487,7 +487,7 @@ def _round_ratios(model, entries, inputs, loss_fn, repeats, rounds):
 def bench_model(name, batch, budgets, repeats, mincut, log, rounds=1, rounds_at=None,
                 methods=METHODS, rows_path=None, tune=False, ckpt_all=True,
                 aa=False, profile_index=None, mincut_matched=False, match_steps=3,
-                by_kind=False, scope="saved"):  # fmt: skip
+                by_kind=False, scope="saved", exact_entry=False):  # fmt: skip
     """Measure every budget; ``rows_path`` (JSON lines) gets each budget's rows as soon as
     they are measured, so a run that dies later (e.g. out of memory) keeps them.
 
@@ -523,6 +523,10 @@ def bench_model(name, batch, budgets, repeats, mincut, log, rounds=1, rounds_at=
     measured memory -- timed with the others in the same rounds (``vs_mincut_matched``
     on the planner rows, the search on its row as ``match``).
 
+    ``exact_entry`` adds ``hybrid-exact``: hybrid's lowest-predicted candidate plan
+    without compression (:func:`plan_candidates`; lossless), when hybrid's own plan
+    compresses a unit -- the same plan otherwise, and then not added.
+
     ``scope="all"``: the budget bounds every allocation of the step (the planners plan
     with ``scope="all"`` on a profile with ``alloc_timeline=True``); a fraction is of
     the unplanned step's measured all-allocation peak, ``"ckpt-all"`` is ckpt-all's
@@ -546,6 +550,7 @@ def bench_model(name, batch, budgets, repeats, mincut, log, rounds=1, rounds_at=
     if tune:
         mins["hybrid-tuned"] = minimum_budget(prof, "hybrid", scope=scope)
     names = (*methods, "hybrid-tuned") if tune else methods
+    names = (*names, "hybrid-exact") if exact_entry else names
     names = ("bare", "none-fast", "aa", *names) if aa else names
     names = (*names, "ckpt-all") if ckpt_all else names
     rows = []
@@ -571,6 +576,14 @@ def bench_model(name, batch, budgets, repeats, mincut, log, rounds=1, rounds_at=
                 entries[m] = plan(prof, budget, m, scope=scope)
         if ckpt_all:
             entries["ckpt-all"] = ckpt
+        if exact_entry and "hybrid" in entries and entries["hybrid"].decision_counts()["compress"]:
+            lossless = [
+                c
+                for c in plan_candidates(prof, budget, "hybrid", scope=scope)
+                if not c.decision_counts()["compress"]
+            ]
+            if lossless:
+                entries["hybrid-exact"] = lossless[0]
         kinds = []
         if by_kind and "hybrid" in entries:
             counts = entries["hybrid"].decision_counts()
@@ -631,6 +644,8 @@ def bench_model(name, batch, budgets, repeats, mincut, log, rounds=1, rounds_at=
                 alloc[m] = step_alloc_peak(model, entries[m], inputs, loss_fn)
         compiled = [m for m in COMPILED if mincut and (m != "mincut-matched" or mincut_matched)]
         for m in (*names, *kinds, *compiled):
+            if m == "hybrid-exact" and m not in entries:  # hybrid's own plan is lossless
+                continue
             row = {"model": name, "batch": batch, "budget": frac, "budget_bytes": budget,
                    "method": m, "budget_scope": scope}  # fmt: skip
             if spec in ("ckpt-all", "min"):
@@ -1109,6 +1124,12 @@ def main(argv=None) -> int:
         "(the rest kept), timed in the same rounds (measured cost per decision kind)",
     )
     ap.add_argument(
+        "--exact-entry",
+        action="store_true",
+        help="add hybrid-exact: hybrid's lowest-predicted candidate without compression, "
+        "timed in the same rounds, where hybrid's plan compresses a unit",
+    )
+    ap.add_argument(
         "--scope",
         default="saved",
         help="saved: budgets bound autograd's saved tensors (fractions of the unplanned "
@@ -1190,7 +1211,7 @@ def main(argv=None) -> int:
                 rows_path=out / f"rows_{name}.jsonl", tune=args.autotune,
                 ckpt_all=not args.no_ckpt_all, aa=args.aa, profile_index=args.profile_index,
                 mincut_matched=args.mincut_matched, match_steps=args.match_steps,
-                by_kind=args.by_kind, scope=args.scope,
+                by_kind=args.by_kind, scope=args.scope, exact_entry=args.exact_entry,
             )  # fmt: skip
         res["png"] = str(plot(res, out))
         log(f"  plot: {res['png']}")
