@@ -256,11 +256,13 @@ def collapse_stats(recs: list[dict], label_share: list[float] | None = None) -> 
     next hold that class (round 12, issue 6).
 
     ``one_class_rounds``: evaluated rounds where at least ``ONE_CLASS_SHARE`` of the test
-    split is predicted as one class. ``cohort_share_of_predicted``: the median, over rounds
+    split is predicted as one class. ``cohort_share_of_predicted``: the mean, over rounds
     2.., of the share of round r's aggregated samples (the aggregation weights) whose label
     is the class the model predicted most after round r - 1; ``train_share_of_predicted``:
-    the median share of that class in the training split (``label_share``), what an
-    unbiased cohort holds on average. Records without predictions give None."""
+    the mean share of that class in the training split (``label_share``), what a cohort
+    drawn without regard to the labels holds on average (a mean, not a median: a cohort of
+    a few one-class clients often holds none of a class). Records without predictions give
+    None."""
     hists = [r.get("pred_hist") for r in recs]
     ev = [h for h in hists if h]
     out: dict = {
@@ -279,8 +281,8 @@ def collapse_stats(recs: list[dict], label_share: list[float] | None = None) -> 
         if label_share is not None:
             train.append(label_share[c])
     if cohort:
-        out["cohort_share_of_predicted"] = float(np.median(cohort))
-        out["train_share_of_predicted"] = float(np.median(train)) if train else None
+        out["cohort_share_of_predicted"] = float(np.mean(cohort))
+        out["train_share_of_predicted"] = float(np.mean(train)) if train else None
     return out
 
 
@@ -359,7 +361,7 @@ def print_summary(agg: str, summ: dict) -> None:
               f"{v['late']:>5} /{v['planned']:>5}")  # fmt: skip
     if any(c["evaluated_rounds"] for c in summ.get("collapse", {}).values()):
         print(f"  common rounds predicting one class (>= {100 * ONE_CLASS_SHARE:.0f} % of the "
-              "test split); median share of a round's aggregated samples labelled with the "
+              "test split); mean share of a round's aggregated samples labelled with the "
               "class predicted most after the round before (training split's share of it)")  # fmt: skip
         for m, c in summ["collapse"].items():
             co, tr = c["cohort_share_of_predicted"], c["train_share_of_predicted"]

@@ -186,7 +186,7 @@ def test_collapse_stats_counts_one_class_rounds_and_the_next_cohort(tta):
     c = tta.collapse_stats(recs, [0.6, 0.4])
     assert c["evaluated_rounds"] == 4
     assert c["one_class_rounds"] == 2  # 10/10 twice; 9/10 is below 95 %
-    assert c["cohort_share_of_predicted"] == pytest.approx(0.5)  # median of 0.75, 0, 0.5
-    assert c["train_share_of_predicted"] == pytest.approx(0.6)  # median of 0.6, 0.6, 0.4
+    assert c["cohort_share_of_predicted"] == pytest.approx(1.25 / 3)  # mean of 0.75, 0, 0.5
+    assert c["train_share_of_predicted"] == pytest.approx(1.6 / 3)  # mean of 0.6, 0.6, 0.4
     none = tta.collapse_stats([{"accuracy": 0.5}], None)
     assert none["evaluated_rounds"] == 0 and none["cohort_share_of_predicted"] is None
