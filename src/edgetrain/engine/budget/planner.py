@@ -326,6 +326,17 @@ def simulate_all(profile: ModelProfile, states: dict[str, State]) -> np.ndarray:
             mem[2 * t - 1 - u.step] += b
             if d != "recompute" and released:  # its raw tensors are gone from its backward
                 mem[2 * t - 1 - u.step] += min(released[2 * t - 1 - u.step], u.float_bytes)
+    mask_fix = fix.get("mask", {})
+    if mask_fix:  # a mask's measured excess (alloc._mask_fix)
+        recomputed = {
+            u.step for u in profile.units if states.get(u.name, ("keep",))[0] == "recompute"
+        }
+        for m in profile.masks:
+            if states.get(m.state_key, ("keep",))[0] != "mask" or m.step in recomputed:
+                continue  # a recomputed unit runs without masks (simulate)
+            f, b = mask_fix.get(m.state_key, (0, 0))
+            mem[m.step] += f
+            mem[2 * t - 1 - m.step] += b
     for x in profile.leaf_recomputes:  # a recomputed leaf keeps the RNG state too
         if (
             states.get(x.state_key, ("keep",))[0] == "recompute"
