@@ -42,6 +42,7 @@ from __future__ import annotations
 import argparse
 import copy
 import dataclasses
+import functools
 import math
 import statistics
 import time
@@ -1197,13 +1198,16 @@ def drift_section(ds, variants, aggs_list, epochs: int, seeds: list[int]) -> Non
                 acc[k].append(r.accuracy)
                 loss[k].append(r.epochs[-1]["loss"])
                 fleet = build_fleet(cfg, vds)
-                model = models.build(
+                fresh_model = functools.partial(
+                    models.build,
                     cfg.model,
                     in_channels=fleet.in_channels,
                     length=fleet.length,
                     num_classes=fleet.num_classes,
                     seed=seed,
                 )
+
+                model = fresh_model()
                 model.load_state_dict(r.final_state)
                 train[k].append(
                     evaluate(
@@ -1219,13 +1223,7 @@ def drift_section(ds, variants, aggs_list, epochs: int, seeds: list[int]) -> Non
                     sizes = [len(y) for _, y in fleet.parts]
                     tv.append(label_tv(fleet.parts, fleet.num_classes))
                     b2_end.append(gradient_dissimilarity(model, fleet.parts))
-                    model = models.build(
-                        cfg.model,
-                        in_channels=fleet.in_channels,
-                        length=fleet.length,
-                        num_classes=fleet.num_classes,
-                        seed=seed,
-                    )
+                    model = fresh_model()
                     b2_init.append(gradient_dissimilarity(model, fleet.parts))
             print(
                 f"  {v} seed {seed}: " + ", ".join(f"{k}/epoch {acc[k][-1]:.2f} %" for k in ks),

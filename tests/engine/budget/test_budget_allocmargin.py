@@ -8,6 +8,9 @@ holds them, needs them added back (round 10 used a blanket 1.5 leaves instead).
 
 from __future__ import annotations
 
+import copy
+import dataclasses
+
 import numpy as np
 import pytest
 import torch
@@ -235,24 +238,14 @@ def test_step_alloc_peak_counts_the_encoded_buffers_outside_torch(tiny):
 
 
 # -- masks: their measured excess (alloc.fix["mask"]) ------------------------------------
-def test_a_mask_whose_output_a_glue_op_keeps_is_predicted_with_its_measured_excess():
+def test_a_mask_whose_output_a_glue_op_keeps_is_predicted_with_its_measured_excess(tiny):
     """Masking MobileNetV2's last ReLU6 (``last_conv.2``) frees nothing: its output feeds
     the pooling glue, which keeps it.  Without ``fix["mask"]`` the model counted the
     tensor as gone and the step held 163,840 B (1,280 x 4 x 4 x 2 float32) more than
     predicted -- refined plans that filled the budget then measured over it (round 12).
     """
-    model = models.build("mobilenetv2", seed=0, width_mult=0.35, input_size=32)
-    gen = torch.Generator().manual_seed(0)
-    x = models.example_input(model, batch=2, generator=gen)
-    y = torch.randint(0, model.num_classes, (2,), generator=gen)
-
-    def loss_fn(out):
-        return nn.functional.cross_entropy(out, y)
-
-    prof = profile_model(
-        model, (x,), loss_fn, codecs=codecs_for("hybrid"), alloc_timeline=True,
-        in_situ_steps=0, repeats=1,
-    )  # fmt: skip
+    model, (x,), loss_fn, shared = tiny
+    prof = dataclasses.replace(shared, alloc=copy.deepcopy(shared.alloc))  # fix is popped below
     (last,) = [m for m in prof.masks if m.name == "last_conv.2"]
     fwd, bwd = prof.alloc.fix["mask"][last.state_key]
     p = ExecutionPlan("hybrid", 1, 1, 1, 0.0, [UnitDecision(last.name, "mask", None)])
