@@ -61,6 +61,10 @@ rounds, so each kind's measured step overhead (``overhead_s``) stands beside its
 predicted one (``predicted_by_kind``).
 ``--autotune`` adds ``hybrid-tuned``: hybrid's candidate plans timed before each
 budget's measurement, the fastest measured with the others (``tune_s``: tuning time).
+``--refined-entry`` adds ``hybrid-refined`` (``plan(..., refine=True)``: the local search
+of :mod:`edgetrain.engine.budget.refine` on) and ``hybrid-greedy`` (``refine=False``: the
+greedy walks alone), each only when its plan differs from hybrid's own, timed in the
+same rounds; their rows carry ``vs_hybrid`` (this plan / hybrid's, paired).
 
 The accountant's peak is a lower bound for the compiled entries (what their backward
 recomputes are graph locals), so every entry also gets its step's peak over *every*
@@ -421,7 +425,20 @@ def _interleaved(model, entries, inputs, loss_fn, repeats, seed=0, order_seed=0)
 def _planner(k: str) -> bool:
     """A planner entry (paired with the baselines): a method, ``hybrid-tuned`` or a
     ``--by-kind`` part of hybrid's plan."""
-    return k in METHODS or k in ("hybrid-tuned", "hybrid-exact") or k.startswith("hybrid-only-")
+    return (
+        k in METHODS
+        or k in ("hybrid-tuned", "hybrid-exact", *VARIANTS)
+        or k.startswith("hybrid-only-")
+    )
+
+
+#: ``--refined-entry``: hybrid's plan with the local search on / off (``refine``)
+VARIANTS = ("hybrid-refined", "hybrid-greedy")
+
+
+def _paired_with_baselines(k: str) -> bool:
+    """Entries paired with min-cut (``vs_mincut`` / ``vs_mincut_matched``)."""
+    return k in METHODS or k in ("hybrid-tuned", *VARIANTS)
 
 
 def _round_ratios(model, entries, inputs, loss_fn, repeats, rounds):
@@ -432,7 +449,8 @@ def _round_ratios(model, entries, inputs, loss_fn, repeats, rounds):
     ratios = {k: {"cpu": [], "thread": [], "wall": [], "vs_free": [], "vs_recompute": [],
                   "step_vs_none": [], "step_vs_recompute": [], "vs_mincut": [],
                   "step_vs_mincut": [], "vs_mincut_matched": [], "step_vs_mincut_matched": [],
-                  "vs_ckpt_all": [], "step_vs_ckpt_all": [], "overhead_s": []}
+                  "vs_ckpt_all": [], "step_vs_ckpt_all": [], "overhead_s": [],
+                  "vs_hybrid": [], "step_vs_hybrid": []}
               for k in entries}  # fmt: skip
     peaks = dict.fromkeys(entries, 0)
     recompiles = dict.fromkeys(entries, 0)
@@ -459,13 +477,13 @@ def _round_ratios(model, entries, inputs, loss_fn, repeats, rounds):
                 ratios[k]["step_vs_recompute"] += [
                     a / b for a, b in zip(r["times"], res["recompute"]["times"], strict=True)
                 ]
-            if (k in METHODS or k == "hybrid-tuned") and "mincut" in res:
+            if _paired_with_baselines(k) and "mincut" in res:
                 # paired against the min-cut partitioner run in the same interleaved steps
                 ratios[k]["vs_mincut"].append(med[k]["times"] / med["mincut"]["times"])
                 ratios[k]["step_vs_mincut"] += [
                     a / b for a, b in zip(r["times"], res["mincut"]["times"], strict=True)
                 ]
-            if (k in METHODS or k == "hybrid-tuned") and "mincut-matched" in res:
+            if _paired_with_baselines(k) and "mincut-matched" in res:
                 # paired against min-cut at the setting matched to the same all-allocation memory
                 ratios[k]["vs_mincut_matched"].append(
                     med[k]["times"] / med["mincut-matched"]["times"]
@@ -479,6 +497,12 @@ def _round_ratios(model, entries, inputs, loss_fn, repeats, rounds):
                 ratios[k]["step_vs_ckpt_all"] += [
                     a / b for a, b in zip(r["times"], res["ckpt-all"]["times"], strict=True)
                 ]
+            if k in VARIANTS and "hybrid" in res:
+                # the same method with the local search on / off, in the same steps
+                ratios[k]["vs_hybrid"].append(med[k]["times"] / med["hybrid"]["times"])
+                ratios[k]["step_vs_hybrid"] += [
+                    a / b for a, b in zip(r["times"], res["hybrid"]["times"], strict=True)
+                ]
             peaks[k] = max(peaks[k], r["peak"])
             recompiles[k] += r.get("recompiles", 0)
     return first, ratios, peaks, recompiles
@@ -487,7 +511,8 @@ def _round_ratios(model, entries, inputs, loss_fn, repeats, rounds):
 def bench_model(name, batch, budgets, repeats, mincut, log, rounds=1, rounds_at=None,
                 methods=METHODS, rows_path=None, tune=False, ckpt_all=True,
                 aa=False, profile_index=None, mincut_matched=False, match_steps=3,
-                by_kind=False, scope="saved", exact_entry=False):  # fmt: skip
+                by_kind=False, scope="saved", exact_entry=False,
+                refined_entry=False):  # fmt: skip
     """Measure every budget; ``rows_path`` (JSON lines) gets each budget's rows as soon as
     they are measured, so a run that dies later (e.g. out of memory) keeps them.
 
@@ -527,6 +552,12 @@ def bench_model(name, batch, budgets, repeats, mincut, log, rounds=1, rounds_at=
     without compression (:func:`plan_candidates`; lossless), when hybrid's own plan
     compresses a unit -- the same plan otherwise, and then not added.
 
+    ``refined_entry`` adds ``hybrid-refined`` (:func:`plan_candidates` with
+    ``refine=True``, first) and ``hybrid-greedy`` (``refine=False``), each only when its
+    decisions differ from hybrid's plan (which is one of the two under the scope's
+    default); their rows get ``vs_hybrid`` / ``steps_vs_hybrid`` (paired, like
+    ``vs_mincut``) and are paired with the baselines like hybrid.
+
     ``scope="all"``: the budget bounds every allocation of the step (the planners plan
     with ``scope="all"`` on a profile with ``alloc_timeline=True``); a fraction is of
     the unplanned step's measured all-allocation peak, ``"ckpt-all"`` is ckpt-all's
@@ -551,6 +582,7 @@ def bench_model(name, batch, budgets, repeats, mincut, log, rounds=1, rounds_at=
         mins["hybrid-tuned"] = minimum_budget(prof, "hybrid", scope=scope)
     names = (*methods, "hybrid-tuned") if tune else methods
     names = (*names, "hybrid-exact") if exact_entry else names
+    names = (*names, *VARIANTS) if refined_entry else names
     names = ("bare", "none-fast", "aa", *names) if aa else names
     names = (*names, "ckpt-all") if ckpt_all else names
     rows = []
@@ -584,6 +616,11 @@ def bench_model(name, batch, budgets, repeats, mincut, log, rounds=1, rounds_at=
             ]
             if lossless:
                 entries["hybrid-exact"] = lossless[0]
+        if refined_entry and "hybrid" in entries:
+            for k, on in zip(VARIANTS, (True, False), strict=True):
+                alt = plan_candidates(prof, budget, "hybrid", scope=scope, refine=on)[0]
+                if _decided(alt) != _decided(entries["hybrid"]):
+                    entries[k] = alt
         kinds = []
         if by_kind and "hybrid" in entries:
             counts = entries["hybrid"].decision_counts()
@@ -646,6 +683,8 @@ def bench_model(name, batch, budgets, repeats, mincut, log, rounds=1, rounds_at=
         for m in (*names, *kinds, *compiled):
             if m == "hybrid-exact" and m not in entries:  # hybrid's own plan is lossless
                 continue
+            if m in VARIANTS and m not in entries:  # the same plan as hybrid's
+                continue
             row = {"model": name, "batch": batch, "budget": frac, "budget_bytes": budget,
                    "method": m, "budget_scope": scope}  # fmt: skip
             if spec in ("ckpt-all", "min"):
@@ -689,11 +728,17 @@ def bench_model(name, batch, budgets, repeats, mincut, log, rounds=1, rounds_at=
                                round_vs_recompute=rr["vs_recompute"],
                                steps_vs_recompute=paired_summary(
                                    rr["step_vs_recompute"]).to_json())  # fmt: skip
-                    if m in METHODS or m == "hybrid-tuned":
+                    if _paired_with_baselines(m):
                         # the same decisions: the paired ratio is then a second A/A control
                         row["same_plan_as_recompute"] = _decided(entries[m]) == _decided(
                             entries["recompute"]
                         )
+                if rr["vs_hybrid"]:
+                    # this plan / hybrid's (local search on vs off), paired per round and repeat
+                    row.update(vs_hybrid=paired_summary(rr["vs_hybrid"]).to_json(),
+                               round_vs_hybrid=rr["vs_hybrid"],
+                               steps_vs_hybrid=paired_summary(
+                                   rr["step_vs_hybrid"]).to_json())  # fmt: skip
                 if rr["vs_mincut"]:
                     # this plan / min-cut, paired per round and per repeat (same steps)
                     row.update(vs_mincut=paired_summary(rr["vs_mincut"]).to_json(),
@@ -949,6 +994,9 @@ def _brief(row):
             s += " [" + ",".join(f"{x:.3f}" for x in row["round_vs_free"]) + "]"
     if row.get("decisions"):
         s += " plan=" + ",".join(f"{k}:{v}" for k, v in row["decisions"].items() if v)
+    if "vs_hybrid" in row:
+        v = row["vs_hybrid"]
+        s += f" vs_hybrid={v['median']:.3f} [{v['lo']:.3f},{v['hi']:.3f}] {v['verdict']}"
     if "vs_mincut" in row:
         v = row["vs_mincut"]
         s += f" vs_mincut={v['median']:.3f} [{v['lo']:.3f},{v['hi']:.3f}] {v['verdict']}"
@@ -1130,6 +1178,13 @@ def main(argv=None) -> int:
         "timed in the same rounds, where hybrid's plan compresses a unit",
     )
     ap.add_argument(
+        "--refined-entry",
+        action="store_true",
+        help="add hybrid-refined (the local search on, refine=True) and hybrid-greedy "
+        "(refine=False), each where its plan differs from hybrid's, timed in the same "
+        "rounds and paired with hybrid (vs_hybrid)",
+    )
+    ap.add_argument(
         "--scope",
         default="saved",
         help="saved: budgets bound autograd's saved tensors (fractions of the unplanned "
@@ -1212,6 +1267,7 @@ def main(argv=None) -> int:
                 ckpt_all=not args.no_ckpt_all, aa=args.aa, profile_index=args.profile_index,
                 mincut_matched=args.mincut_matched, match_steps=args.match_steps,
                 by_kind=args.by_kind, scope=args.scope, exact_entry=args.exact_entry,
+                refined_entry=args.refined_entry,
             )  # fmt: skip
         res["png"] = str(plot(res, out))
         log(f"  plot: {res['png']}")
