@@ -101,7 +101,7 @@ def test_units_are_blocks_and_layout_marked(setup):
     attn = prof.unit("attn")
     assert attn.has_layout  # reshape of a transposed tensor: a real layout copy
     assert attn.rc_eq6() == pytest.approx(attn.last_op_s + 2 * (attn.fwd_s - attn.last_op_s))
-    assert attn.rc_compute() == pytest.approx(attn.rc_scale * attn.rc_eq6())
+    assert attn.rc_compute() == pytest.approx(attn.rc_scale * attn.rc_eq6() + attn.rc_fixed_s)
     conv = prof.unit("features.0")
     assert not conv.has_layout and conv.rc_eq6() == pytest.approx(conv.fwd_s)
     assert {u.step for u in prof.units} == set(range(len(prof.units))) - {

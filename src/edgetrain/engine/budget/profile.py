@@ -16,9 +16,10 @@ do not distort the costs (run with one intra-op thread).  A ``TorchFunctionMode`
 makes a layout *copy* (a layout function -- reshape/flatten/contiguous/... -- whose output
 is new storage, not a view of its input), which sets psi = 2 in the recompute cost
 (eq. 6, :meth:`UnitProfile.rc_eq6`).  Block recomputation is then re-costed in situ
-(:func:`_in_situ_costs`): the measured step overhead of recomputing every
-recomputable unit, over their eq. 6 sum, scales every unit's recompute cost (and likewise
-for regenerations).
+(:func:`_in_situ_costs`): the measured step overheads of recomputing two groups of the
+recomputable units (the costliest by eq. 6, and the rest) give every unit's recompute
+cost as ``a * eq. 6 + b``, a factor and a cost per recomputation (and likewise for
+regenerations).
 
 Finer than units, *regen* candidates (:class:`RegenProfile`) are leaf modules
 (GELU, LayerNorm, BatchNorm, ReLU6, ...) whose output is saved by a later
@@ -116,9 +117,11 @@ class UnitProfile:
     float_keys: set[int]  # their storages
     leaf_max_bytes: int  # largest per-leaf saved bytes (decode transient in backward)
     codecs: dict[str, CodecCost] = field(default_factory=dict)
-    #: in-step factor of the recompute cost (:func:`_in_situ_costs`): measured
-    #: step overhead of recomputing the model's recomputable units / their eq. 6 sum
+    #: in-step recompute cost (:func:`_in_situ_costs`): ``rc_scale * eq. 6 + rc_fixed_s``,
+    #: fitted to the measured step overheads of recomputing two groups of the model's
+    #: recomputable units (the costliest ones by eq. 6 and the rest)
     rc_scale: float = 1.0
+    rc_fixed_s: float = 0.0
 
     @property
     def saved_bytes(self) -> int:
@@ -138,8 +141,9 @@ class UnitProfile:
         return self.last_op_s + psi * max(self.fwd_s - self.last_op_s, 0.0)
 
     def rc_compute(self) -> float:
-        """Recompute cost the planner ranks by: eq. 6 times the in-step factor."""
-        return self.rc_scale * self.rc_eq6()
+        """Recompute cost the planner ranks by: eq. 6 times the in-step factor, plus the
+        in-step cost per recomputation (:func:`fit_in_step`)."""
+        return self.rc_scale * self.rc_eq6() + self.rc_fixed_s
 
     def recomputable(self) -> bool:
         """Recomputing it frees memory (it saves more than its inputs) and the executor
@@ -508,11 +512,13 @@ def profile_model(
     which planning with ``scope="all"`` needs.
 
     ``in_situ_steps``: about this many timed training steps per configuration (the
-    unplanned model, every mask applied, every recomputable unit recomputed, a set of
-    regenerations; in all, pairs per plan = ``(in_situ_steps * configurations - 1) /
-    (2 * (configurations - 1))``, rounded), run paired (:func:`paired_schedule`),
-    behind the masks' in-step cost and the recompute / regen factors
-    (:func:`_in_situ_costs`); 0 keeps the isolated per-op measurements.  The steps
+    unplanned model, every mask applied, two groups of the recomputable units recomputed,
+    a set of regenerations; in all, pairs per plan = ``(in_situ_steps *
+    configurations - 1) / (2 * (configurations - 1))``, rounded: 6 on MobileNetV2 at the
+    default), run paired (:func:`paired_schedule`), behind the masks' in-step cost and
+    the recompute / regen fits (:func:`_in_situ_costs`); 0 keeps the isolated per-op
+    measurements.  Two recompute groups instead of one (round 13) take 49 timed steps
+    instead of 37 on MobileNetV2 b32 (about +9 s of process CPU).  The steps
     leave the weights, buffers and RNG state as they were; ``.grad`` is cleared.
 
     The default is 10 (7 pairs per kind on BERT-small, 6 on MobileNetV2), not 5 (4 / 3
@@ -748,6 +754,82 @@ def _regen_set(regens: list[RegenProfile]) -> list[RegenProfile]:
     return chosen
 
 
+def split_by_price(prices: Sequence[float]) -> tuple[list[int], list[int]]:
+    """Indices of the costliest decisions that together hold at least half of the summed
+    isolated price (``hi``, costliest first), and of the others (``lo``).
+
+    The two groups of :func:`_in_situ_costs`: each carries about half of the kind's
+    isolated price, so each one's step overhead is measured with about the same absolute
+    noise, while their prices per decision differ as much as the model allows -- which
+    is what separates a cost per decision from a cost proportional to the isolated
+    price (:func:`fit_in_step`).  ``lo`` is empty only for fewer than two decisions.
+    """
+    order = sorted(range(len(prices)), key=lambda i: (-prices[i], i))
+    total = sum(prices)
+    hi: list[int] = []
+    acc = 0.0
+    for i in order:
+        if hi and acc >= total / 2:
+            break
+        hi.append(i)
+        acc += prices[i]
+    if len(hi) == len(order) and len(hi) > 1:
+        hi.pop()
+    taken = set(hi)
+    return hi, [i for i in order if i not in taken]
+
+
+def fit_in_step(
+    groups: Sequence[tuple[float, int, float]],
+    bounds: tuple[float, float] = RC_SCALE_BOUNDS,
+) -> tuple[float, float]:
+    """``(a, b)`` such that a decision's in-step cost is ``a * isolated price + b``, from
+    the measured step overheads of one or two groups of decisions, each given as
+    ``(summed isolated price, number of decisions, measured overhead)``.
+
+    One group (or two whose prices per decision are equal): ``b = 0``, ``a`` = overhead /
+    price (the single factor used before).  Two groups: the exact solution of the two
+    equations, with ``a, b >= 0`` (a negative one is set to 0 and the other fitted to the
+    summed overhead).  Then the implied factor over both groups, ``(a P + b n) / P``, is
+    kept within ``bounds`` (both scaled alike): the same bound the single factor had.
+
+    Why two terms: on MobileNetV2 b32 the single recompute factor (0.58) over-priced the
+    five costliest units (eq. 6 171 ms: 98 ms predicted, 64 ms measured in the step) and
+    under-priced the other 24 (eq. 6 175 ms: 101 ms predicted, 128 ms measured).  Over
+    nine fresh profiles the two groups fit 3.1-4.7 ms per recomputation plus 0.22-0.38
+    of eq. 6 (what the per-recomputation part is, was not isolated), so many cheap
+    recomputations cost more, and a few costly ones less, than one factor says.  With
+    one factor, the plan recomputing two of the big units (recompute 4, regen 48) was
+    predicted 40-50 ms over the chosen one (recompute 5, regen 41, mask 3) and ran 8-40
+    ms under it, paired, in five of five profiles (docs/results/budget.md, round 13).
+    """
+    lo, hi = bounds
+    groups = [g for g in groups if g[1] > 0 and g[0] > 0]
+    if not groups:
+        return 1.0, 0.0
+    price = sum(g[0] for g in groups)
+    count = sum(g[1] for g in groups)
+    total = sum(g[2] for g in groups)
+    a, b = total / price, 0.0
+    if len(groups) == 2:
+        (p1, n1, m1), (p2, n2, m2) = groups
+        det = p1 * n2 - p2 * n1
+        if abs(det) > 1e-9 * p1 * n2:
+            a = (m1 * n2 - m2 * n1) / det
+            b = (p1 * m2 - p2 * m1) / det
+            if a < 0:
+                a, b = 0.0, total / count
+            elif b < 0:
+                a, b = total / price, 0.0
+    elif len(groups) > 2:
+        raise ConfigError(f"fit_in_step takes one or two groups; got {len(groups)}")
+    f = (a * price + b * count) / price
+    if f <= 0:
+        return lo, 0.0
+    k = min(max(f, lo), hi) / f
+    return a * k, b * k
+
+
 def paired_schedule(kinds: Sequence[str], rounds: int, ref: str = "none") -> list[str]:
     """The order of the in-step measurement: every configuration step between two
     reference (unplanned) steps, the configurations in a mirrored order.
@@ -843,18 +925,24 @@ def _in_situ_costs(
     """Re-cost masks, block recomputation and regenerations where they run: in a step.
 
     One paired measurement (process CPU time, one warm-up step each) of the unplanned
-    step and of up to three plans: every mask applied, every recomputable unit
-    (:meth:`UnitProfile.recomputable`) recomputed, a set of regenerations that can run
-    together (:func:`_regen_set`) applied.  Every plan step runs between two unplanned
+    step and of up to five plans: every mask applied; the recomputable units
+    (:meth:`UnitProfile.recomputable`) recomputed, in two groups (:func:`split_by_price`:
+    the costliest by eq. 6 holding half of its sum, and the rest); a set of regenerations
+    that can run together (:func:`_regen_set`) applied.
+    Every plan step runs between two unplanned
     steps, the plans in a mirrored order (:func:`paired_schedule`, about ``steps`` timed
     steps per plan and unplanned in all, as before); a plan's in-step overhead is the
     median of its paired differences (:func:`paired_extra`), not the difference of two
     independent medians, which moved the BERT-small b8 recompute factor between 0.29
-    and 0.67 over fresh profiles.  The overhead is then spread
-    over its decisions in proportion to their isolated price -- so the ranking *within*
-    a kind stays what the isolated measurements say, and only a kind's price against
-    the other kinds (and compression, whose codec cost was measured about right in the
-    step) is corrected.  Cached per process by the model's class, the candidates and the
+    and 0.67 over fresh profiles.  The two recompute groups' overheads fit a unit's cost
+    as ``a * eq. 6 + b`` (:func:`fit_in_step`; ``a, b >= 0``) -- so the order among units
+    by eq. 6 is kept, but many cheap recomputations are no longer priced as a few costly
+    ones of the same eq. 6 sum; the regenerations' overhead is spread over them in
+    proportion to their isolated price, the masks' by bytes.  So the ranking *within*
+    those kinds stays what the isolated measurements say, and only the kinds' prices
+    against each other (and compression, whose codec cost was measured about right in
+    the step) are corrected.
+    Cached per process by the model's class, the candidates and the
     input shapes.  The steps leave weights, buffers and RNG state as they were.
 
     * **Masks** (cost = share of the measured overhead by bytes; the isolated sum is a
@@ -864,8 +952,9 @@ def _in_situ_costs(
       50 % plan, predicted 36 ms, measured +109 / +140 ms (benchmarks/out/r5/diag2.log).
       The masked op's extra passes are memory-bound and compete with the rest of the
       step's memory traffic, which a warm loop on one tensor does not see.
-    * **Block recomputation** (:attr:`UnitProfile.rc_scale` = overhead / eq. 6 sum,
-      within :data:`RC_SCALE_BOUNDS`): eq. 6 over-predicted it 3.9-5.6x on BERT-small b8
+    * **Block recomputation** (:attr:`UnitProfile.rc_scale`, :attr:`UnitProfile.rc_fixed_s`;
+      the implied factor over the measured units within :data:`RC_SCALE_BOUNDS`):
+      eq. 6 over-predicted it 3.9-5.6x on BERT-small b8
       (recompute's 40 % plan: 13 units predicted 360 ms, +64 ms in the step,
       benchmarks/out/r7/kinds_bert_before.log).  Timing each recomputation inside the
       step (benchmarks/out/r7/rc_instep_bert.log) split it: the recomputations
@@ -874,8 +963,15 @@ def _in_situ_costs(
       layout copy (``transpose(1, 2).flatten(2)`` of the context, 1 MB) costs well
       under 1 ms -- and the step grew by only +99 ms, because a plan that holds less
       memory makes the rest of the step cheaper (fewer fresh pages to fault in).  Both
-      parts are in the in-step difference; neither is in eq. 6.
-    * **Regenerations** (:attr:`RegenProfile.scale`, same bounds): the isolated no-grad
+      parts are in the in-step difference; neither is in eq. 6.  With one factor for
+      all units, MobileNetV2 b32's five costliest units (eq. 6 171 ms) were priced 98 ms
+      and measured 64 ms in the step, the other 24 (eq. 6 175 ms) priced 101 ms and
+      measured 128 ms (round 13); the fit gives each recomputation 3.1-4.7 ms of its
+      own over nine fresh profiles, and a factor 0.22-0.38.
+    * **Regenerations** (:attr:`RegenProfile.scale`, same bounds; one group: split in two
+      like recomputation, the fitted per-regeneration cost moved 0.12-0.71 ms and the
+      factor 0.43-0.84 over six fresh MobileNetV2 profiles, and the chosen plan with them,
+      round 13): the isolated no-grad
       leaf forwards over-predicted them on MobileNetV2 b32 (149 / 207 / 232 ms predicted,
       -4 / +114 / +62 ms measured in three plans, kinds_mnv2_before.log) for the same
       memory reason.
@@ -893,15 +989,17 @@ def _in_situ_costs(
         plans["masks"] = ExecutionPlan(
             "hybrid", 1, 1, 1, 0.0, [UnitDecision(name=m.name, decision="mask") for m in masks]
         )
+    # recomputation in two groups (:func:`split_by_price`): costliest half and the rest
+    rc_groups: dict[str, list[UnitProfile]] = {}
     if rcs and rc_price > 0:
-        plans["recompute"] = ExecutionPlan(
-            "recompute",
-            1,
-            1,
-            1,
-            0.0,
-            [UnitDecision(name=u.name, decision="recompute") for u in rcs],
-        )
+        hi, lo = split_by_price([u.rc_eq6() for u in rcs])
+        rc_groups = {"recompute:hi": [rcs[i] for i in hi], "recompute:lo": [rcs[i] for i in lo]}
+    for k, us in rc_groups.items():
+        if us:
+            plans[k] = ExecutionPlan(
+                "recompute", 1, 1, 1, 0.0,
+                [UnitDecision(name=u.name, decision="recompute") for u in us],
+            )  # fmt: skip
     if rgs and rg_price > 0:
         plans["regen"] = ExecutionPlan(
             "recompute", 1, 1, 1, 0.0,
@@ -933,17 +1031,19 @@ def _in_situ_costs(
         return paired_extra(order, times)
 
     extra = cached_measure(key, measure)
-    lo, hi = RC_SCALE_BOUNDS
     if "masks" in extra:
         total = max(extra["masks"], sum(m.cost_s for m in masks))
         nbytes = sum(m.nbytes for m in masks)
         for m in masks:
             m.cost_s = total * m.nbytes / nbytes
-    if "recompute" in extra:
-        scale = min(max(extra["recompute"] / rc_price, lo), hi)
+    if rc_groups:
+        a, b = fit_in_step(
+            [(sum(u.rc_eq6() for u in us), len(us), extra[k]) for k, us in rc_groups.items() if us]
+        )
         for u in units:
-            u.rc_scale = scale
+            u.rc_scale, u.rc_fixed_s = a, b
     if "regen" in extra:
+        lo, hi = RC_SCALE_BOUNDS
         scale = min(max(extra["regen"] / rg_price, lo), hi)
         for r in regens:
             r.scale = scale
