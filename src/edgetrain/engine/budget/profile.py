@@ -796,7 +796,7 @@ def fit_in_step(
     Why two terms: on MobileNetV2 b32 the single recompute factor (0.58) over-priced the
     five costliest units (eq. 6 171 ms: 98 ms predicted, 64 ms measured in the step) and
     under-priced the other 24 (eq. 6 175 ms: 101 ms predicted, 128 ms measured).  Over
-    nine fresh profiles the two groups fit 3.1-4.7 ms per recomputation plus 0.22-0.38
+    ten fresh profiles the two groups fit 3.1-4.7 ms per recomputation plus 0.22-0.38
     of eq. 6 (what the per-recomputation part is, was not isolated), so many cheap
     recomputations cost more, and a few costly ones less, than one factor says.  With
     one factor, the plan recomputing two of the big units (recompute 4, regen 48) was
@@ -967,7 +967,7 @@ def _in_situ_costs(
       all units, MobileNetV2 b32's five costliest units (eq. 6 171 ms) were priced 98 ms
       and measured 64 ms in the step, the other 24 (eq. 6 175 ms) priced 101 ms and
       measured 128 ms (round 13); the fit gives each recomputation 3.1-4.7 ms of its
-      own over nine fresh profiles, and a factor 0.22-0.38.
+      own over ten fresh profiles, and a factor 0.22-0.38.
     * **Regenerations** (:attr:`RegenProfile.scale`, same bounds; one group: split in two
       like recomputation, the fitted per-regeneration cost moved 0.12-0.71 ms and the
       factor 0.43-0.84 over six fresh MobileNetV2 profiles, and the chosen plan with them,
