@@ -12,11 +12,15 @@ fleet's 40% budget quantile), the hybrid planner (edgetrain.engine.budget) on Mo
   in full, from an empty cache. Profiling (once per model and strategy) is excluded from
   both and printed separately.
 
+``--refine`` plans with the planner's local search (``PlanService(refine=True)``; the
+service's default is the greedy walks alone, see :class:`edgetrain.federated.plans.PlanService`).
+
 Times are CPU seconds of the one benchmark thread (``time.process_time``, torch pinned to
 one thread), so neighbours on a shared machine do not distort the ratio. The clustered
 column is split into the planner runs and the rest (k-means, cache, bookkeeping).
 
     .venv/bin/python benchmarks/plan_service.py [--quick] [--json] [--sizes 100,1000,10000]
+        [--refine]
 """
 
 from __future__ import annotations
@@ -41,6 +45,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--sample", type=int, default=20, help="clients timed individually")
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--sizes", default=None, help="fleet sizes, e.g. 100,1000,10000,50000")
+    ap.add_argument(
+        "--refine",
+        action="store_true",
+        help="plan with the planner's local search (PlanService(refine=True))",
+    )
     args = ap.parse_args(argv)
     torch.set_num_threads(1)
     sizes = (100, 1000) if args.quick else (100, 1000, 10_000)
@@ -51,7 +60,7 @@ def main(argv: list[str] | None = None) -> int:
     gen = torch.Generator().manual_seed(0)
     x = models.example_input(model, 4, gen)
     y = torch.randint(0, 10, (4,), generator=gen)
-    base = PlanService(model, x, y, "mobilenetv2", repeats=1)
+    base = PlanService(model, x, y, "mobilenetv2", repeats=1, refine=args.refine)
     t0 = time.process_time()
     prof = base.profile("hybrid")
     profile_s = time.process_time() - t0
@@ -72,7 +81,7 @@ def main(argv: list[str] | None = None) -> int:
         f_need, c_need = frac[need], comp[need]
         cl_need = [c for c, k in zip(cls, need, strict=True) if k]
         # individual
-        svc = PlanService(model, x, y, "mobilenetv2", repeats=1)
+        svc = PlanService(model, x, y, "mobilenetv2", repeats=1, refine=args.refine)
         svc._profiles["hybrid"] = prof
         m = min(args.sample, len(f_need))
         t0 = time.process_time()
@@ -80,7 +89,7 @@ def main(argv: list[str] | None = None) -> int:
         per = (time.process_time() - t0) / max(m, 1)
         indiv = per * len(f_need)
         # clustered + cache
-        svc2 = PlanService(model, x, y, "mobilenetv2", repeats=1)
+        svc2 = PlanService(model, x, y, "mobilenetv2", repeats=1, refine=args.refine)
         svc2._profiles["hybrid"] = prof
         t0 = time.process_time()
         svc2.plans_for_clients("hybrid", f_need, c_need, cl_need, cluster=True, seed=0)
@@ -91,12 +100,16 @@ def main(argv: list[str] | None = None) -> int:
             "individual_extrapolated": m < len(f_need), "clustered_s": clus,
             "planner_calls_clustered": svc2.planner_calls, "speedup": indiv / clus,
             "clustered_planner_s": planner, "clustered_other_s": clus - planner,
+            "individual_per_plan_s": per,
+            "clustered_per_plan_s": planner / max(svc2.planner_calls, 1),
         })  # fmt: skip
-    out = {"profile_s": profile_s, "model": "mobilenetv2", "options": opts, "rows": rows}
+    out = {"profile_s": profile_s, "model": "mobilenetv2", "options": opts, "rows": rows,
+           "refine": args.refine}  # fmt: skip
     if args.json:
         print(json.dumps(out))
         return 0
-    print(f"profiling MobileNetV2 once (excluded below): {profile_s:.2f} s")
+    print(f"profiling MobileNetV2 once (excluded below): {profile_s:.2f} s"
+          + (" (planner: local search on)" if args.refine else ""))  # fmt: skip
     print(f"{'clients':>8}{'need plan':>10}{'individual s':>15}{'clustered s':>13}"
           f"{'of it planner':>15}{'planner runs':>14}{'speedup':>10}")  # fmt: skip
     for r in rows:

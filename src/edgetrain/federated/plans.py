@@ -86,7 +86,14 @@ def bucket_of(fraction: float, width: float) -> float:
 
 
 class PlanService:
-    """Profiles a model once per strategy and hands out (cached) per-client plans."""
+    """Profiles a model once per strategy and hands out (cached) per-client plans.
+
+    ``refine``: plan with the planner's local search (:mod:`edgetrain.engine.budget.refine`).
+    Off by default here, whatever :func:`edgetrain.engine.budget.plan`'s default: it made
+    plan generation 10-12x slower per plan (``benchmarks/plan_service.py --quick``, with
+    and without ``--refine``), so the service plans with the greedy walks (Algorithm 1)
+    as before.
+    """
 
     def __init__(
         self,
@@ -98,12 +105,13 @@ class PlanService:
         bucket: float = 0.05,
         max_units: int = 12,
         repeats: int = 2,
+        refine: bool = False,
     ) -> None:
         if not 0 < bucket <= 0.5:
             raise ConfigError(f"plan bucket {bucket}; expected a fraction in (0, 0.5]")
         self.model, self.inputs, self.targets = model, inputs, targets
         self.model_key, self.bucket = model_key, bucket
-        self.max_units, self.repeats = max_units, repeats
+        self.max_units, self.repeats, self.refine = max_units, repeats, refine
         self._profiles: dict[str, ModelProfile] = {}
         self.cache: dict[tuple[str, str, float, str], PlanOutcome] = {}
         self.table: dict[tuple[str, float], PlanOutcome] = {}
@@ -151,7 +159,9 @@ class PlanService:
         self.planner_calls += 1
         unplanned = _unplanned_peak(prof)
         try:
-            p: ExecutionPlan = plan(prof, max(1, int(fraction * unplanned)), strategy)
+            p: ExecutionPlan = plan(
+                prof, max(1, int(fraction * unplanned)), strategy, refine=self.refine
+            )
         except BudgetError:
             self.plan_s += time.perf_counter() - t0
             return PlanOutcome(strategy, fraction, False, 1.0, plan_s=time.process_time() - c0)

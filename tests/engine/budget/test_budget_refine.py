@@ -136,6 +136,26 @@ def test_saved_scope_default_is_the_greedy_choice_and_all_scope_refines():
     )
 
 
+def test_plan_service_plans_greedy_unless_asked_to_refine():
+    """FedHybrid's plan service keeps the greedy walks by default (the local search made
+    plan generation about 10x slower); ``PlanService(refine=True)`` turns the search on.
+    At 20% of the tiny service model's peak the two plans differ."""
+    sys.path.insert(0, str(Path(__file__).parents[2]))
+    from edgetrain.federated.plans import PlanService
+    from fed_small import tiny_plan_service
+
+    svc = tiny_plan_service(2)
+    prof = svc.profile("hybrid")
+    greedy = svc.make_plan("hybrid", 0.2)
+    unplanned = int(simulate(prof, {}).max())
+    want = plan(prof, max(1, int(0.2 * unplanned)), "hybrid", refine=False)
+    assert greedy.plan_json == want.to_json()
+    on = PlanService(svc.model, svc.inputs, svc.targets, "mobilenetv2", repeats=1, refine=True)
+    on._profiles["hybrid"] = prof
+    refined = on.make_plan("hybrid", 0.2)
+    assert refined.feasible and refined.overhead_factor < greedy.overhead_factor
+
+
 def test_a_capped_refinement_still_fits():
     prof = synthetic_profile(with_alloc=True)
     budget = int(0.9 * simulate(prof, {}).max())
