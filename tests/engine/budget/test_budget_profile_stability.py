@@ -139,7 +139,7 @@ def test_profile_fits_recompute_from_two_groups(monkeypatch):
 
     def capture(model, inputs, loss_fn, units, regens, masks, steps):
         seen["units"] = {u.name: u for u in units}
-        seen["regens"] = {r.name: r for r in regens}
+        seen["regens"] = {r.state_key: r for r in regens}
         rcs = [u for u in units if u.recomputable()]
         rgs = P._regen_set(regens)
         # a cost per decision of half the mean isolated price: f = a + 0.5
@@ -156,7 +156,7 @@ def test_profile_fits_recompute_from_two_groups(monkeypatch):
                 if d.decision == "recompute":
                     t += ra * seen["units"][d.name].rc_eq6() + rb
                 elif d.decision == "regen":
-                    g = seen["regens"][d.name]
+                    g = seen["regens"]["regen:" + ">".join(d.chain or [d.name])]
                     t += (ga * g.fwd_s + gb) * max(g.saves, 1)
             return t
 
