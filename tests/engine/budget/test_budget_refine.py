@@ -119,22 +119,15 @@ def test_refine_rejects_a_plan_that_does_not_fit():
         refine(prof, 1, {}, _Ctx(prof, IoContentionModel()), simulate)
 
 
-def test_default_refines_under_both_scopes():
-    """``refine=None`` (default): on under scope "saved" (since the refined plans were
-    measured no slower than the greedy ones) and under scope "all".  At 30% of the
-    synthetic profile's saved peak the refined plan drops a mask the greedy plan kept."""
+def test_saved_scope_default_is_the_greedy_choice_and_all_scope_refines():
+    """``refine=None`` (default): off under scope "saved" (the greedy plans, byte for
+    byte), on under scope "all" (the refined candidate is among plan_candidates)."""
     prof = synthetic_profile(with_alloc=True)
-    unplanned = simulate(prof, {}).max()
     for frac in (0.9, 0.7, 0.5, 0.3):
-        budget = int(frac * unplanned)
+        budget = int(frac * simulate(prof, {}).max())
         assert json.dumps(plan(prof, budget, "hybrid").to_json()) == json.dumps(
-            plan(prof, budget, "hybrid", refine=True).to_json()
+            plan(prof, budget, "hybrid", refine=False).to_json()
         )
-    b_saved = int(0.3 * unplanned)
-    assert (
-        plan(prof, b_saved, "hybrid").predicted_overhead_s
-        < plan(prof, b_saved, "hybrid", refine=False).predicted_overhead_s
-    )
     b_all = int(0.3 * _simulator("all")(prof, {}).max())
     refined = plan_candidates(prof, b_all, "hybrid", scope="all")
     greedy = plan_candidates(prof, b_all, "hybrid", scope="all", refine=False)

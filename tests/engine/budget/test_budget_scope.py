@@ -68,12 +68,10 @@ def _json(p) -> str:
     return json.dumps(p.to_json(), sort_keys=True)
 
 
-# -- scope "saved": the plans are pinned --------------------------------------------
-def test_saved_scope_plans_equal_the_fixture():
-    """Plans of a fixed profile under the default scope equal the fixture byte for byte.
-    Written by the planner before ``scope`` existed; rewritten from the planner when the
-    local search became the default under scope "saved" (only hybrid at 30% changed: the
-    search drops a mask the greedy walk kept, 24.3 -> 24.0 ms predicted)."""
+# -- scope "saved" is unchanged ------------------------------------------------------
+def test_saved_scope_plans_equal_the_previous_ones():
+    """Plans of a fixed profile under the default scope equal, byte for byte, those the
+    planner made before ``scope`` existed (fixture written by that planner)."""
     golden = json.loads(GOLDEN.read_text())
     prof = synthetic_profile()
     unplanned = int(simulate(prof, {}).max())

@@ -539,8 +539,8 @@ def plan(
     lossy (compressed) units, then fewer recomputations (see :func:`plan_candidates` for all of them, and
     :mod:`edgetrain.engine.budget.autotune` to pick by measurement).  For ``hybrid``
     the candidates include the local-search refinement of the lowest-predicted walk
-    (:mod:`.refine`) unless ``refine=False`` (the greedy walks alone, several times
-    faster to plan: see :func:`plan_candidates`).
+    (:mod:`.refine`) under ``scope="all"``, or wherever ``refine=True``; ``refine=False``:
+    the greedy walks alone.
     """
     return plan_candidates(profile, budget_bytes, method, io=io, scope=scope, refine=refine)[0]
 
@@ -572,17 +572,17 @@ def plan_candidates(
     ``"refined-exact"``: the lowest-predicted walk without compression, refined with
     moves that add none (so that the tie rule below has a lossless refined plan to
     prefer).  They enter the same choice, so a refined plan within the tolerance of a
-    plan with fewer lossy / recomputation decisions still loses to that plan.  Default (None): on
-    under both scopes.  Measured under ``scope="saved"`` (one fresh process per cell, the
-    refined plan and the greedy one interleaved in the same rounds, ``budget_overhead.py
-    --refined-entry``): the refined plan's step was below the greedy plan's or level with
-    it, never above, on MobileNetV2 b32 at 0.5 / 0.25 and BERT-small b8 at 0.3 / 0.25.
-    The search costs planning time (10-12x per plan on the plan service's MobileNetV2,
-    ``benchmarks/plan_service.py --quick``): ``refine=False`` plans with the greedy walks
-    alone.
+    plan with fewer lossy / recomputation decisions still loses to that plan.  Default (None): on under
+    ``scope="all"`` only, so that ``scope="saved"`` plans stay those of the greedy walks
+    (pinned byte for byte by a fixture, tests/engine/budget/test_budget_scope.py).
+    Measured under ``scope="saved"`` (``budget_overhead.py --refined-entry``: the refined
+    and the greedy plan interleaved in the same rounds, one fresh process per budget): the
+    refined plan was below the greedy one or level in 8 of 8 runs with one in-step
+    recompute factor per model, but above it on MobileNetV2 b32 at 0.5 with the per-unit
+    fit (``a * eq. 6 + b``), 1.032 [1.002, 1.040]; so it stays opt-in there.  It
+    also costs planning time: 3.7-15x per plan on MobileNetV2 b32 and BERT-small b8.
     """
-    check_scope(scope)
-    refine = True if refine is None else refine
+    refine = (check_scope(scope) == "all") if refine is None else refine
     found = sorted(
         _candidates(profile, budget_bytes, method, io, scope, refine=refine), key=lambda f: f[0]
     )
