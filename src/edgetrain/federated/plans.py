@@ -90,7 +90,7 @@ class PlanService:
 
     ``refine``: plan with the planner's local search (:mod:`edgetrain.engine.budget.refine`).
     Off by default here, whatever :func:`edgetrain.engine.budget.plan`'s default: it made
-    plan generation 10-12x slower per plan (``benchmarks/plan_service.py --quick``, with
+    plan generation 9-16x slower per plan (``benchmarks/plan_service.py --quick``, with
     and without ``--refine``), so the service plans with the greedy walks (Algorithm 1)
     as before.
     """
