@@ -3,31 +3,21 @@ and off, timed in the same rounds and paired with hybrid's own plan."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import statistics
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+from bench_loader import load_benchmark
+
 VARIANTS = {"hybrid-refined", "hybrid-greedy"}
-
-
-def _load():
-    spec = importlib.util.spec_from_file_location(
-        "bench_budget_overhead_refined", ROOT / "benchmarks" / "budget_overhead.py"
-    )
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
 
 
 def test_refined_entry_pairs_the_other_plan_with_hybrid(capsys, tmp_path):
     """At 0.4 of the quick model the local search changes hybrid's saved-scope plan
     (greedy: 4 recomputed blocks; refined: 3 plus fine decisions), so exactly one variant
     is added -- the one hybrid's plan is not -- and it is paired with hybrid per round."""
-    mod = _load()
+    mod = load_benchmark("budget_overhead")
     argv = ["--quick", "--json", "--out", str(tmp_path), "--no-mincut", "--methods", "hybrid"]
     assert mod.main([*argv, "--budgets", "0.4", "--rounds", "2", "--refined-entry"]) == 0
     (model,) = json.loads(capsys.readouterr().out)
@@ -53,7 +43,7 @@ def test_refined_entry_pairs_the_other_plan_with_hybrid(capsys, tmp_path):
 
 
 def test_without_the_flag_no_variant_is_timed(capsys, tmp_path):
-    mod = _load()
+    mod = load_benchmark("budget_overhead")
     argv = ["--quick", "--json", "--out", str(tmp_path), "--no-mincut", "--methods", "hybrid"]
     assert mod.main([*argv, "--budgets", "0.4", "--rounds", "1"]) == 0
     (model,) = json.loads(capsys.readouterr().out)

@@ -4,21 +4,16 @@ The quick run trains a tiny BERT for real on BBC News articles and prints the Ta
 layout and the FedHybrid-vs-Oort comparison; the default task stays MNIST.
 """
 
-import importlib.util
 import json
-from pathlib import Path
 
 import pytest
 
-BENCH = Path(__file__).resolve().parents[2] / "benchmarks" / "fedhybrid_tta.py"
+from bench_loader import load_benchmark
 
 
 @pytest.fixture(scope="module")
 def tta():
-    spec = importlib.util.spec_from_file_location("fedhybrid_tta_bbc", BENCH)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_benchmark("fedhybrid_tta")
 
 
 def test_bbc_quick_prints_table3_layout(tta, capsys, tmp_path):

@@ -2,25 +2,13 @@
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import torch
 
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def _bench():
-    spec = importlib.util.spec_from_file_location(
-        "bench_codec_r5", ROOT / "benchmarks" / "codec.py"
-    )
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+from bench_loader import load_benchmark
 
 
 def test_stage_profile_with_recompute_and_ablation_variants():
-    bench = _bench()
+    bench = load_benchmark("codec")
     gen = torch.Generator().manual_seed(0)
     x = torch.relu(torch.randn(4, 8, 16, 16, generator=gen))
     calls = []

@@ -2,18 +2,13 @@
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import pytest
 
-BENCH = Path(__file__).resolve().parents[2] / "benchmarks" / "mdldroid.py"
+from bench_loader import load_benchmark
 
 
 def test_mdldroid_benchmark_quick(capsys):
-    spec = importlib.util.spec_from_file_location("mdldroid_bench", BENCH)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+    mod = load_benchmark("mdldroid")
     mod.main(["--quick"])
     out = capsys.readouterr().out
     for title in (
@@ -102,9 +97,7 @@ def test_mdldroid_benchmark_quick(capsys):
 def test_paired_exploration_table_counts_and_sign_test(capsys):
     """Seed by seed: DGE's r over TDGE's, TDGE sooner on 3, later on 1, tied on 1; the
     one-sided sign test over the 4 untied seeds is P(X >= 3) = 5/16."""
-    spec = importlib.util.spec_from_file_location("mdldroid_bench", BENCH)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+    mod = load_benchmark("mdldroid")
     per_seed = {
         ("eq8", 8, "tdge"): [10, 20, 30, 40, 50],
         ("eq8", 8, "dge"): [20, 40, 60, 20, 50],
@@ -118,10 +111,7 @@ def test_paired_exploration_table_counts_and_sign_test(capsys):
 
 
 def _bench():
-    spec = importlib.util.spec_from_file_location("mdldroid_bench", BENCH)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_benchmark("mdldroid")
 
 
 def test_drift_measures():

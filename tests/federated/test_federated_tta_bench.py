@@ -1,16 +1,12 @@
 """benchmarks/fedhybrid_tta.py runs at tiny scale and prints the Table 3/4 layout as JSON."""
 
-import importlib.util
 import json
-from pathlib import Path
 
-BENCH = Path(__file__).resolve().parents[2] / "benchmarks" / "fedhybrid_tta.py"
+from bench_loader import load_benchmark
 
 
 def test_tta_benchmark_quick(capsys):
-    spec = importlib.util.spec_from_file_location("fedhybrid_tta", BENCH)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+    mod = load_benchmark("fedhybrid_tta")
     argv = ["--quick", "--aggregators", "fedprox", "--no-scale", "--json", "--extend", "1.5",
             "--methods", "random,oort,fedhybrid"]  # fmt: skip
     assert mod.main(argv) == 0

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
@@ -10,22 +9,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from bench_loader import load_benchmark
 from edgetrain.errors import ConfigError
-
-ROOT = Path(__file__).resolve().parents[3]
-
-
-def _load(name: str):
-    spec = importlib.util.spec_from_file_location(
-        f"bench_{name}", ROOT / "benchmarks" / f"{name}.py"
-    )
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
 
 
 def test_codec_benchmark_quick(capsys):
-    assert _load("codec").main(["--quick", "--json"]) == 0
+    assert load_benchmark("codec").main(["--quick", "--json"]) == 0
     res = json.loads(capsys.readouterr().out)
     assert set(res["summary"]) == {"mobilenetv2", "cct2", "bert-small"}
     for row in res["rows"]:
@@ -35,7 +24,7 @@ def test_codec_benchmark_quick(capsys):
 
 
 def test_budget_overhead_benchmark_quick(capsys, tmp_path):
-    mod = _load("budget_overhead")
+    mod = load_benchmark("budget_overhead")
     argv = ["--quick", "--json", "--out", str(tmp_path), "--methods", "recompute,hybrid"]
     assert mod.main([*argv, "--budgets", "0.4", "--rounds", "2"]) == 0
     res = json.loads(capsys.readouterr().out)
@@ -114,7 +103,7 @@ def test_budget_overhead_benchmark_quick(capsys, tmp_path):
 def test_budget_overhead_mincut_matched(capsys, tmp_path):
     """``--mincut-matched`` searches min-cut's setting for the same all-allocation memory
     and times it paired with the planners (the search itself: ``search_setting`` tests)."""
-    mod = _load("budget_overhead")
+    mod = load_benchmark("budget_overhead")
     argv = ["--quick", "--json", "--out", str(tmp_path), "--methods", "hybrid", "--no-ckpt-all"]
     assert mod.main([*argv, "--budgets", "0.9", "--rounds", "1", "--mincut-matched"]) == 0
     (model,) = json.loads(capsys.readouterr().out)
@@ -147,7 +136,7 @@ def test_budget_overhead_mincut_matched(capsys, tmp_path):
 
 
 def test_alloc_peak_bytes_counts_every_allocation_and_frees_within_the_call():
-    mod = _load("budget_overhead")
+    mod = load_benchmark("budget_overhead")
     import torch
 
     held = torch.ones(4_000_000)  # allocated before the call: neither counted nor freed
@@ -175,7 +164,7 @@ def test_search_setting_on_a_rising_peak(a, b, target, hi, steps):
     """Peak rising with the setting (less recomputation, more held): the search returns
     a fitting setting within hi / 2**steps of the largest one that fits, or says that
     none fits and returns the lowest peak it tried."""
-    search = _load("budget_overhead").search_setting
+    search = load_benchmark("budget_overhead").search_setting
     out = search(lambda f: (a + b * f, 0), target, hi, steps)
     peaks = {t["activation_memory_budget"]: t["alloc_peak_bytes"] for t in out["tried"]}
     assert len(peaks) == len(out["tried"])  # no setting tried twice
@@ -193,7 +182,7 @@ def test_search_setting_on_a_rising_peak(a, b, target, hi, steps):
 def test_search_setting_on_a_u_shaped_peak():
     """A backward that recomputes everything holds it all again: the peak falls, then
     rises with the setting.  The search still finds the fitting band, or the lowest peak."""
-    search = _load("budget_overhead").search_setting
+    search = load_benchmark("budget_overhead").search_setting
 
     def peak(f):  # lowest (100) at 0.04
         return int(100 + 1e5 * (f - 0.04) ** 2), 0
@@ -206,14 +195,14 @@ def test_search_setting_on_a_u_shaped_peak():
 
 
 def test_budget_overhead_mincut_matched_needs_mincut(tmp_path):
-    mod = _load("budget_overhead")
+    mod = load_benchmark("budget_overhead")
     with pytest.raises(ConfigError, match="--mincut-matched needs the min-cut entries"):
         mod.main(["--quick", "--out", str(tmp_path), "--no-mincut", "--mincut-matched"])
 
 
 def test_budget_overhead_rounds_at(capsys, tmp_path):
     """``--rounds`` applies to every budget unless ``--rounds-at`` names some."""
-    mod = _load("budget_overhead")
+    mod = load_benchmark("budget_overhead")
     argv = ["--quick", "--json", "--out", str(tmp_path), "--no-mincut", "--methods", "recompute"]
     for extra, want in (([], [2, 2]), (["--rounds-at", "0.7"], [1, 2])):
         assert mod.main([*argv, "--rounds", "2", *extra]) == 0
@@ -225,14 +214,14 @@ def test_budget_overhead_rounds_at(capsys, tmp_path):
 
 
 def test_budget_overhead_rejects_unknown_method(tmp_path):
-    mod = _load("budget_overhead")
+    mod = load_benchmark("budget_overhead")
     with pytest.raises(ConfigError, match="expected a comma-separated subset of recompute"):
         mod.main(["--quick", "--out", str(tmp_path), "--methods", "hybrid,mincutt"])
 
 
 def test_budget_overhead_fresh_process_per_budget(capsys, tmp_path):
     """``--fresh-process`` runs each budget in a child process and merges the rows."""
-    mod = _load("budget_overhead")
+    mod = load_benchmark("budget_overhead")
     argv = ["--quick", "--json", "--out", str(tmp_path), "--no-mincut", "--methods", "recompute"]
     assert mod.main([*argv, "--fresh-process"]) == 0
     (model,) = json.loads(capsys.readouterr().out)
@@ -253,7 +242,7 @@ def test_budget_overhead_fresh_process_per_budget(capsys, tmp_path):
 def test_budget_overhead_profiles_repeat_budgets_in_fresh_processes(capsys, tmp_path):
     """``--profiles K`` measures every budget K times, each in its own child (own profile),
     tags the rows with their profile and summarises the ratios over profiles."""
-    mod = _load("budget_overhead")
+    mod = load_benchmark("budget_overhead")
     argv = ["--quick", "--json", "--out", str(tmp_path), "--no-mincut", "--methods", "recompute"]
     assert mod.main([*argv, "--budgets", "0.9", "--profiles", "2", "--no-ckpt-all"]) == 0
     (model,) = json.loads(capsys.readouterr().out)
@@ -270,7 +259,7 @@ def test_budget_overhead_profiles_repeat_budgets_in_fresh_processes(capsys, tmp_
 
 
 def test_strip_options_drops_values_and_flags():
-    mod = _load("budget_overhead")
+    mod = load_benchmark("budget_overhead")
     argv = ["--quick", "--models", "a:1", "--budgets=0.5", "--repeats", "3", "--json", "--x"]
     assert mod._strip_options(argv, ("--models", "--budgets"), ("--json", "--quick")) == ["--x"]
 
@@ -278,7 +267,7 @@ def test_strip_options_drops_values_and_flags():
 def test_budget_overhead_paired_and_aa_rows(capsys, tmp_path):
     """``--aa`` adds the A/A control and plain PyTorch; every planner row gets its ratio
     interval, and hybrid its paired ratio to recompute (same rounds, order statistics)."""
-    mod = _load("budget_overhead")
+    mod = load_benchmark("budget_overhead")
     argv = ["--quick", "--json", "--out", str(tmp_path), "--no-mincut", "--no-ckpt-all"]
     assert mod.main([*argv, "--methods", "recompute,hybrid", "--aa", "--rounds", "3",
                      "--budgets", "0.9"]) == 0  # fmt: skip
@@ -309,7 +298,7 @@ def test_budget_overhead_paired_and_aa_rows(capsys, tmp_path):
 
 
 def test_only_kind_keeps_the_other_decisions():
-    mod = _load("budget_overhead")
+    mod = load_benchmark("budget_overhead")
     from edgetrain.engine.budget.plan import ExecutionPlan, UnitDecision
 
     units = [
@@ -334,7 +323,7 @@ def test_budget_overhead_by_kind(capsys, tmp_path):
     """``--by-kind`` times hybrid's plan split by decision kind in the same rounds: the
     parts' decisions partition hybrid's, each part has its measured overhead, and each is
     paired with ckpt-all like hybrid is."""
-    mod = _load("budget_overhead")
+    mod = load_benchmark("budget_overhead")
     argv = ["--quick", "--json", "--out", str(tmp_path), "--no-mincut", "--methods", "hybrid"]
     assert mod.main([*argv, "--budgets", "0.4", "--rounds", "1", "--by-kind"]) == 0
     (model,) = json.loads(capsys.readouterr().out)
@@ -365,7 +354,7 @@ def test_budget_overhead_by_kind(capsys, tmp_path):
 def test_budget_alloc_model_benchmark_quick(capsys):
     """The all-allocation model's own benchmark: measured peaks within the budget, and
     the unplanned step predicted to the byte (its residual is measured on that step)."""
-    assert _load("budget_alloc_model").main(["--quick", "--json"]) == 0
+    assert load_benchmark("budget_alloc_model").main(["--quick", "--json"]) == 0
     (res,) = json.loads(capsys.readouterr().out)
     rows = res["rows"]
     assert rows[0]["method"] == "none" and rows[0]["error"] == 0
