@@ -14,9 +14,10 @@ VARIANTS = {"hybrid-refined", "hybrid-greedy"}
 
 
 def test_refined_entry_pairs_the_other_plan_with_hybrid(capsys, tmp_path):
-    """At 0.4 of the quick model the local search changes hybrid's saved-scope plan
-    (greedy: 4 recomputed blocks; refined: 3 plus fine decisions), so exactly one variant
-    is added -- the one hybrid's plan is not -- and it is paired with hybrid per round."""
+    """At 0.4 of the quick model the local search changes hybrid's saved-scope plan (in
+    one profile: greedy 4 recomputed blocks, refined 3 plus fine decisions), so exactly
+    one variant is added -- the one hybrid's plan is not -- and it is paired with hybrid
+    per round."""
     mod = load_benchmark("budget_overhead")
     argv = ["--quick", "--json", "--out", str(tmp_path), "--no-mincut", "--methods", "hybrid"]
     assert mod.main([*argv, "--budgets", "0.4", "--rounds", "2", "--refined-entry"]) == 0
@@ -28,7 +29,13 @@ def test_refined_entry_pairs_the_other_plan_with_hybrid(capsys, tmp_path):
     # the refined plan is never predicted above the greedy one, and here it is below
     refined, greedy = (alt, hyb) if variant == "hybrid-refined" else (hyb, alt)
     assert refined["predicted_overhead_s"] < greedy["predicted_overhead_s"]
-    assert alt["within_budget"] and alt["grad_err"] == 0.0  # lossless decisions only here
+    assert alt["within_budget"]
+    # which decisions the plan takes depends on the profile's timings: exact unless it
+    # compresses, and then within the codec's error (at most a few 1e-2 on the zoo)
+    if any(decision == "compress" for _, decision in alt["plan"]):
+        assert alt["grad_err"] < 0.1
+    else:
+        assert alt["grad_err"] == 0.0
     v = alt["vs_hybrid"]
     assert v["rounds"] == 2 and len(alt["round_vs_hybrid"]) == 2
     assert v["median"] == pytest.approx(statistics.median(alt["round_vs_hybrid"]))
