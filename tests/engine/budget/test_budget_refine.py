@@ -139,7 +139,7 @@ def test_saved_scope_default_is_the_greedy_choice_and_all_scope_refines():
 def test_plan_service_plans_greedy_unless_asked_to_refine():
     """FedHybrid's plan service keeps the greedy walks by default (the local search made
     plan generation about 10x slower); ``PlanService(refine=True)`` turns the search on.
-    At 20% of the tiny service model's peak the two plans differ."""
+    Each equals ``plan()``'s with the same ``refine`` on the same profile."""
     sys.path.insert(0, str(Path(__file__).parents[2]))
     from edgetrain.federated.plans import PlanService
     from fed_small import tiny_plan_service
@@ -153,7 +153,13 @@ def test_plan_service_plans_greedy_unless_asked_to_refine():
     on = PlanService(svc.model, svc.inputs, svc.targets, "mobilenetv2", repeats=1, refine=True)
     on._profiles["hybrid"] = prof
     refined = on.make_plan("hybrid", 0.2)
-    assert refined.feasible and refined.overhead_factor < greedy.overhead_factor
+    assert (
+        refined.plan_json
+        == plan(prof, max(1, int(0.2 * unplanned)), "hybrid", refine=True).to_json()
+    )
+    # the search is never predicted above the walk it starts from (strictly below in
+    # most profiles; which plans the walks make depends on the profile's timings)
+    assert refined.feasible and refined.overhead_factor <= greedy.overhead_factor
 
 
 def test_a_capped_refinement_still_fits():
