@@ -75,6 +75,18 @@ def batch(n: int = 4, seed: int = 1, classes: int = 3):
     return torch.randn(n, 3, 8, 8, generator=g), torch.randint(0, classes, (n,), generator=g)
 
 
+def vector_task(n: int, features: int, classes: int, seed: int = 1):
+    """``(x, y, loss_fn)``: ``n`` seeded feature vectors, their labels and cross-entropy."""
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(n, features, generator=g)
+    y = torch.randint(0, classes, (n,), generator=g)
+
+    def loss_fn(out):
+        return nn.functional.cross_entropy(out, y)
+
+    return x, y, loss_fn
+
+
 class TinyCNN(nn.Module):
     """Two conv blocks and a linear head on 3x8x8 inputs."""
 

@@ -22,6 +22,7 @@ from edgetrain.engine.budget import (
 )
 from edgetrain.engine.budget.planner import PLAN_TIE_TOL, _lossy, _recomputations
 from edgetrain.errors import BudgetError, ConfigError
+from tiny_models import vector_task
 
 
 class _Slow(nn.Module):
@@ -59,12 +60,7 @@ def setup():
     torch.set_num_threads(1)
     torch.manual_seed(0)
     model = _Net()
-    gen = torch.Generator().manual_seed(1)
-    x = torch.randn(16, 32, generator=gen)
-    y = torch.randint(0, 4, (16,), generator=gen)
-
-    def loss_fn(out):
-        return nn.functional.cross_entropy(out, y)
+    x, _, loss_fn = vector_task(16, 32, 4)
 
     codecs = {n: make_codec(n) for n in ("mix", "int8", "int4")}
     prof = profile_model(model, (x,), loss_fn, codecs=codecs, repeats=1)

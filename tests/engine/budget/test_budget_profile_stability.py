@@ -19,6 +19,7 @@ from edgetrain.engine.budget import profile_model
 from edgetrain.engine.budget.profile import RC_SCALE_BOUNDS, fit_in_step, split_by_price
 from edgetrain.engine.budget.regen import clear_cost_cache
 from edgetrain.errors import ConfigError
+from tiny_models import vector_task
 
 
 def test_split_puts_the_costliest_half_first():
@@ -126,12 +127,7 @@ def test_profile_fits_recompute_from_two_groups(monkeypatch):
     isolated price (one factor, as before)."""
     torch.manual_seed(0)
     model = _Net()
-    gen = torch.Generator().manual_seed(1)
-    x = torch.randn(64, 32, generator=gen)
-    y = torch.randint(0, 3, (64,), generator=gen)
-
-    def loss_fn(out):
-        return nn.functional.cross_entropy(out, y)
+    x, _, loss_fn = vector_task(64, 32, 3)
 
     seen: dict = {}
     truth = {"rc": (0.6, 0.0), "regen": (0.3, 0.0)}
