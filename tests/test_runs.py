@@ -6,8 +6,15 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from edgetrain.errors import ConfigError, ModelError
-from edgetrain.runs import RunDir, load_into, load_state, save_state, seed_everything
+from edgetrain.errors import ConfigError, ModelError, RunDirError
+from edgetrain.runs import (
+    RunDir,
+    load_into,
+    load_state,
+    read_metadata,
+    save_state,
+    seed_everything,
+)
 
 
 def test_seed_everything_is_reproducible():
@@ -75,3 +82,36 @@ def test_state_round_trip_property(tmp_path_factory, shapes):
     assert set(loaded) == set(state)
     for k in state:
         assert torch.equal(loaded[k], state[k])
+
+
+def test_read_metrics_names_a_damaged_line_and_drops_only_a_torn_tail(tmp_path):
+    run = RunDir.create("m", tmp_path)
+    run.log_metrics({"round": 1})
+    run.log_metrics({"round": 2})
+    path = run.path / RunDir.METRICS
+    intact = path.read_text()
+    path.write_text(intact + '{"round": 3, "acc')  # a crash mid-append: no newline
+    assert run.read_metrics(torn_tail=True) == [{"round": 1}, {"round": 2}]
+    with pytest.raises(RunDirError, match=r"metrics.jsonl line 3 is not valid JSON"):
+        run.read_metrics()
+    path.write_text('{"round": 1}\nnot json\n{"round": 2}\n')
+    with pytest.raises(RunDirError, match="line 2 is not valid JSON"):
+        run.read_metrics(torn_tail=True)  # a damaged line inside the file is never skipped
+    path.write_text('{"round": 1}\n[1, 2]\n')
+    with pytest.raises(RunDirError, match="line 2 is a JSON list, not an object"):
+        list(run.metrics())
+
+
+def test_run_dir_under_a_file_and_a_directory_given_as_model_file(tmp_path):
+    (tmp_path / "f").write_text("x")
+    with pytest.raises(ConfigError, match="cannot create run directory .*f/r"):
+        RunDir.create("r", tmp_path / "f")
+    with pytest.raises(ConfigError, match="cannot create run directory"):
+        RunDir.unique("r", tmp_path / "f")
+    run = RunDir.create("r", tmp_path)
+    run.save_model({"w": torch.zeros(2)})
+    with pytest.raises(ModelError, match=r"is a directory; expected a .safetensors file such as"):
+        load_state(run.path)
+    assert read_metadata(save_state(tmp_path / "m.safetensors", {}, {"round": "3"})) == {
+        "round": "3"
+    }

@@ -31,3 +31,8 @@ class UnsupportedOperatorError(EdgetrainError):
 
 class BudgetError(EdgetrainError):
     """A memory budget is too small for any feasible plan."""
+
+
+class RunDirError(EdgetrainError):
+    """A run directory's files (checkpoint state, metrics) are missing, damaged or belong to
+    another run, so it cannot be continued as asked."""

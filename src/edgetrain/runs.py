@@ -22,7 +22,7 @@ import numpy as np
 import torch
 from safetensors.torch import load_file, save_file
 
-from edgetrain.errors import ConfigError, ModelError
+from edgetrain.errors import ConfigError, ModelError, RunDirError
 
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 
@@ -84,7 +84,13 @@ class RunDir:
                 f"run directory {path} already exists and is not empty; choose another --name "
                 "or remove it (runs are never overwritten silently)"
             )
-        path.mkdir(parents=True, exist_ok=True)
+        try:
+            path.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise ConfigError(
+                f"cannot create run directory {path} ({exc.strerror or exc}); "
+                "give an output root that is a writable directory"
+            ) from None
         return cls(path)
 
     @classmethod
@@ -115,10 +121,41 @@ class RunDir:
             f.flush()
 
     def metrics(self) -> Iterator[dict[str, Any]]:
+        return iter(self.read_metrics())
+
+    def read_metrics(self, *, torn_tail: bool = False) -> list[dict[str, Any]]:
+        """Every record of metrics.jsonl; a line that is not a JSON object is a RunDirError
+        naming the file and the line.
+
+        ``torn_tail``: a last line without its newline that does not parse is the record a
+        crash interrupted mid-write (lines are appended whole, then flushed), and is left
+        out instead of raising.
+        """
         path = self.path / self.METRICS
         if not path.exists():
-            return iter(())
-        return (json.loads(line) for line in path.read_text().splitlines() if line.strip())
+            return []
+        text = path.read_text(errors="replace")
+        lines = text.split("\n")
+        rows = []
+        for i, line in enumerate(lines, start=1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as exc:
+                if torn_tail and i == len(lines):  # no newline after it: a torn write
+                    break
+                raise RunDirError(
+                    f"{path} line {i} is not valid JSON ({exc.msg}); each line must be one "
+                    "JSON object as edgetrain writes them -- the file is damaged"
+                ) from None
+            if not isinstance(row, dict):
+                raise RunDirError(
+                    f"{path} line {i} is a JSON {type(row).__name__}, not an object; each "
+                    "line must be one JSON object as edgetrain writes them"
+                )
+            rows.append(row)
+        return rows
 
     def save_model(
         self,
@@ -146,11 +183,30 @@ def save_state(
 def load_state(path: str | os.PathLike) -> dict[str, torch.Tensor]:
     """Load a safetensors file; a missing or corrupt file is a ModelError naming it."""
     path = Path(path)
+    if path.is_dir():
+        raise ModelError(
+            f"model file {path} is a directory; expected a .safetensors file"
+            + (f" such as {path / RunDir.MODEL}" if (path / RunDir.MODEL).is_file() else "")
+        )
     if not path.is_file():
         raise ModelError(f"model file {path} does not exist (expected a .safetensors file)")
     try:
         return load_file(str(path))
     except Exception as exc:  # safetensors raises several types for corrupt headers/data
+        raise ModelError(
+            f"model file {path} is not a readable safetensors file ({exc}); "
+            "expected a file written by edgetrain or safetensors.torch.save_file"
+        ) from exc
+
+
+def read_metadata(path: str | os.PathLike) -> dict[str, str]:
+    """The string metadata of a safetensors file ({} if none); ModelError if unreadable."""
+    from safetensors import safe_open
+
+    try:
+        with safe_open(str(path), framework="pt") as f:
+            return dict(f.metadata() or {})
+    except Exception as exc:  # same failure types as load_state
         raise ModelError(
             f"model file {path} is not a readable safetensors file ({exc}); "
             "expected a file written by edgetrain or safetensors.torch.save_file"

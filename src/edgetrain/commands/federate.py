@@ -4,20 +4,21 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
 import typer
 from rich.console import Console
 from rich.table import Table
 
 from edgetrain.config import load_config
-from edgetrain.errors import ConfigError
+from edgetrain.errors import ConfigError, RunDirError
 from edgetrain.federated.api import compare, run_federated
 from edgetrain.federated.config import FederatedConfig
+from edgetrain.federated.environment import build_environment
 from edgetrain.federated.methods import COMPARE_METHODS, METHODS
 from edgetrain.federated.report import write_report
 from edgetrain.federated.server import summarize
-from edgetrain.runs import RunDir
+from edgetrain.runs import RunDir, _jsonable
 
 
 def register(app: typer.Typer) -> None:
@@ -51,12 +52,16 @@ def register(app: typer.Typer) -> None:
             raise ConfigError(f"--aggregator {aggregator!r}; accepted: fedavg, fedprox, fedyogi")
         root = output_root or Path(cfg.output_root)
         console = Console(quiet=as_json)
+        if do_compare and resume:
+            raise ConfigError("--resume continues a single-method run; drop --compare")
+        if resume:
+            _check_resumable(root / cfg.name, cfg)
+        # model, data and fleet are built (and checked) before a run directory is made
+        env = build_environment(cfg)
         if do_compare:
-            if resume:
-                raise ConfigError("--resume continues a single-method run; drop --compare")
             rd = RunDir.unique(f"{cfg.name}-compare", root)
             rows, recs = compare(
-                cfg, COMPARE_METHODS, aggregator=aggregator, rounds=rounds, root=rd.path
+                cfg, COMPARE_METHODS, aggregator=aggregator, rounds=rounds, root=rd.path, env=env
             )
             rd.write_config(cfg.model_dump())
             rd.write_json("summary.json", rows)
@@ -94,7 +99,7 @@ def register(app: typer.Typer) -> None:
         rd.write_config(cfg.model_dump())
         server, recs = run_federated(
             cfg, method=method, aggregator=aggregator, rounds=rounds, run_dir=rd, resume=resume,
-            executor=executor,
+            executor=executor, env=env,
         )  # fmt: skip
         s = summarize(recs, None)
         write_report(rd.path / "report.html", f"{cfg.name}: {method}", {method: recs})
@@ -114,3 +119,57 @@ def register(app: typer.Typer) -> None:
             )
         console.print(table)
         console.print(f"run directory: {rd.path}")
+
+
+# config fields a resumed run may change: how many rounds in all, where runs go, how the
+# clients are executed (the same results in-process or on Ray)
+RESUMABLE_CHANGES = (
+    "federated.rounds",
+    "output_root",
+    "federated.executor",
+    "federated.ray_actors",
+)
+
+
+def _flat(d: Any, prefix: str = "") -> dict[str, Any]:
+    if not isinstance(d, dict):
+        return {prefix: d}
+    out: dict[str, Any] = {}
+    for k, v in d.items():
+        out.update(_flat(v, f"{prefix}.{k}" if prefix else str(k)))
+    return out
+
+
+def _check_resumable(path: Path, cfg: FederatedConfig) -> None:
+    """``--resume``: the run directory exists and was started with this config (apart from
+    RESUMABLE_CHANGES); checked before anything in it is written."""
+    if not path.is_dir():
+        raise ConfigError(
+            f"--resume: no run directory {path} (the config's name under the output root); "
+            "check --output-root and the config's name, or run without --resume to start"
+        )
+    saved_path = path / RunDir.CONFIG
+    if not saved_path.exists():
+        return  # nothing to compare with; the checkpoint's own checks still apply
+    try:
+        saved = json.loads(saved_path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise RunDirError(
+            f"{saved_path} is not valid JSON ({exc}); the run directory is damaged"
+        ) from None
+    now = json.loads(json.dumps(_jsonable(cfg.model_dump())))
+    a, b = _flat(saved), _flat(now)
+    diff = [
+        k for k in sorted(set(a) | set(b))
+        if a.get(k, "<absent>") != b.get(k, "<absent>") and k not in RESUMABLE_CHANGES
+    ]  # fmt: skip
+    if diff:
+        shown = "; ".join(
+            f"{k}: run {a.get(k, '<absent>')!r}, now {b.get(k, '<absent>')!r}" for k in diff[:5]
+        )
+        more = f" (and {len(diff) - 5} more)" if len(diff) > 5 else ""
+        raise ConfigError(
+            f"--resume: the config differs from the one {path} was started with ({shown}{more});"
+            f" resume with the run's config (its {RunDir.CONFIG}) -- only "
+            f"{', '.join(RESUMABLE_CHANGES)} may change"
+        )

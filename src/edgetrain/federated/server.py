@@ -45,14 +45,14 @@ import numpy as np
 import torch
 
 from edgetrain.engine.trainer import evaluate
-from edgetrain.errors import ConfigError
+from edgetrain.errors import ConfigError, RunDirError
 from edgetrain.federated.aggregators import Aggregator, make_aggregator
 from edgetrain.federated.baselines import melon_exact, uniform_fraction, uniform_plan
 from edgetrain.federated.environment import Environment
 from edgetrain.federated.methods import METHODS, MethodSpec
 from edgetrain.federated.plans import ON_DEVICE_PLAN_SLOWDOWN, PlanOutcome, PlanService
 from edgetrain.federated.selectors import CheckIn, Feedback, Selector, make_selector
-from edgetrain.runs import RunDir, load_state, save_state
+from edgetrain.runs import RunDir, load_state, read_metadata, save_state
 from edgetrain.sim.clock import PRESSURE_SLOWDOWN_CAL, ClientCost, client_cost
 from edgetrain.sim.executor import ClientTask, InProcessExecutor
 from edgetrain.sim.round_memory import (
@@ -583,36 +583,119 @@ class FederatedServer:
             self._plans_written = len(self.plans.table)
 
     def resume(self) -> bool:
-        """Load the run directory's checkpoint; False if there is none."""
+        """Load the run directory's checkpoint; False if there is none.
+
+        Everything is read and checked before anything is changed: a damaged or foreign
+        checkpoint (state.json, global.safetensors, metrics.jsonl) is a RunDirError naming
+        the file, and the run directory is left as it was."""
         if self.run_dir is None:
             return False
         ck = self.run_dir.path / "checkpoint"
-        if not (ck / "state.json").exists():
-            return False
-        state = json.loads((ck / "state.json").read_text())
+        state_path = ck / "state.json"
+        if not state_path.exists():
+            done = self.run_dir.read_metrics(torn_tail=True)
+            if done:
+                raise RunDirError(
+                    f"{self.run_dir.path} has metrics for {len(done)} round(s) but no "
+                    f"checkpoint ({state_path} is missing), so it cannot be continued; "
+                    "start a new run without --resume (it gets a new directory)"
+                )
+            return False  # stopped before its first round ended: start from round 0
+        state = _read_checkpoint_state(state_path)
         if state["method"] != self.method_name or state["aggregator"] != self.aggregator_name:
             raise ConfigError(
                 f"checkpoint in {ck} is for {state['method']}/{state['aggregator']}, not "
                 f"{self.method_name}/{self.aggregator_name}"
             )
-        tensors = load_state(ck / "global.safetensors")
-        self.global_state = {k[6:]: v for k, v in tensors.items() if k.startswith("model.")}
-        self.aggregator.load_state_tensors(
-            {k[4:]: v for k, v in tensors.items() if k.startswith("agg.")}
-        )
-        self.selector.load_state_dict(state["selector"])
-        self.regenerations = int(state.get("regenerations", 0))
-        self.client_mem = {
-            int(c): ClientMemoryState.from_json(m) for c, m in state.get("clients", {}).items()
-        }
+        tensors_path = ck / "global.safetensors"
+        tensors = load_state(tensors_path)
+        saved_round = read_metadata(tensors_path).get("round")
+        if saved_round != str(state["round"]):
+            raise RunDirError(
+                f"{tensors_path} holds round {saved_round} but {state_path} round "
+                f"{state['round']}: the run stopped while writing its checkpoint and the two "
+                "files disagree, so it cannot be continued exactly; start a new run"
+            )
+        global_state = {k[6:]: v for k, v in tensors.items() if k.startswith("model.")}
+        own = {k: tuple(v.shape) for k, v in self.global_state.items()}
+        got = {k: tuple(v.shape) for k, v in global_state.items()}
+        if own != got:
+            diff = sorted(k for k in set(own) | set(got) if own.get(k) != got.get(k))
+            shown = "; ".join(f"{k}: file {got.get(k)} vs model {own.get(k)}" for k in diff[:4])
+            more = f" (and {len(diff) - 4} more)" if len(diff) > 4 else ""
+            raise RunDirError(
+                f"{tensors_path} does not match the configured model "
+                f"{self.env.config.model.name}: {shown}{more}; resume with the config the "
+                "run was started with"
+            )
+        rows = self.run_dir.read_metrics(torn_tail=True)
+        try:
+            self.aggregator.load_state_tensors(
+                {k[4:]: v for k, v in tensors.items() if k.startswith("agg.")}
+            )
+            self.selector.load_state_dict(state["selector"])
+            client_mem = {
+                int(c): ClientMemoryState.from_json(m) for c, m in state.get("clients", {}).items()
+            }
+            regenerations = int(state.get("regenerations", 0))
+            kept = [m for m in rows if int(m["round"]) <= int(state["round"])]
+        except (KeyError, TypeError, ValueError, AttributeError, RuntimeError) as exc:
+            raise RunDirError(
+                f"checkpoint in {ck} could not be loaded ({type(exc).__name__}: {exc}); "
+                "the files are damaged or were written by another kind of run"
+            ) from None
+        missing = sorted(set(range(1, int(state["round"]) + 1)) - {int(m["round"]) for m in kept})
+        if missing or len(kept) != int(state["round"]):
+            raise RunDirError(
+                f"{self.run_dir.path / RunDir.METRICS} does not hold one record per round up to "
+                f"the checkpoint's round {state['round']} (missing: "
+                f"{', '.join(map(str, missing[:10])) or 'none'}; records: {len(kept)}); it was "
+                "truncated or edited, and continuing would leave a gap in the run's metrics"
+            )
+        self.global_state = global_state
+        self.client_mem = client_mem
+        self.regenerations = regenerations
         self.round = int(state["round"])
         self.sim_time = float(state["sim_time_s"])
         # metrics written after the checkpoint (a crash mid-round) are dropped
-        rows = [m for m in self.run_dir.metrics() if m["round"] <= self.round]
         path = self.run_dir.path / RunDir.METRICS
-        path.write_text("".join(json.dumps(m, sort_keys=True) + "\n" for m in rows))
-        self.records = rows
+        path.write_text("".join(json.dumps(m, sort_keys=True) + "\n" for m in kept))
+        self.records = kept
         return True
+
+
+_STATE_FIELDS = {
+    "round": int,
+    "sim_time_s": (int, float),
+    "method": str,
+    "aggregator": str,
+    "selector": dict,
+}
+
+
+def _read_checkpoint_state(path) -> dict[str, Any]:
+    """``checkpoint/state.json``, checked field by field; RunDirError naming what is wrong."""
+    try:
+        state = json.loads(path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise RunDirError(
+            f"checkpoint state {path} is not valid JSON ({exc}); the run directory is damaged "
+            "and cannot be continued -- restore it from a copy or start a new run"
+        ) from None
+    if not isinstance(state, dict):
+        raise RunDirError(f"checkpoint state {path} is not a JSON object")
+    wrong = [
+        f"{k} ({'missing' if k not in state else type(state[k]).__name__})"
+        for k, kind in _STATE_FIELDS.items()
+        if not isinstance(state.get(k), kind) or isinstance(state.get(k), bool)
+    ]
+    if wrong or state["round"] < 0:
+        wrong = wrong or [f"round ({state['round']} < 0)"]
+        raise RunDirError(
+            f"checkpoint state {path} is not one edgetrain wrote: bad field(s) "
+            f"{', '.join(wrong)}; expected {', '.join(_STATE_FIELDS)}"
+        )
+    return state
 
 
 def _evaluate_hist(

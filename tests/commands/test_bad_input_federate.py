@@ -1,0 +1,194 @@
+"""``edgetrain federate --resume`` on damaged, foreign or missing run directories.
+
+Each case damages a copy of one finished 2-round run, resumes it through the command line
+and checks: exit status 2, one error naming the file or field and what is expected, no
+traceback, and every file of the run directory byte for byte as it was.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+import yaml
+
+from edgetrain.cli import main
+from fed_small import SMALL_FLEET
+
+CFG = json.loads(json.dumps(SMALL_FLEET))
+CFG.update(name="cli", seed=2, data={"max_samples": 400}, fleet={"clients": 8})
+CFG["federated"].update(rounds=2, clients_per_round=3, local_steps=1)
+CFG["memory"]["bucket"] = 0.2
+
+
+def run_cli(args: list[str], capsys) -> tuple[int, str]:
+    """Exit status and stderr of ``edgetrain ARGS`` (0 when the command returns)."""
+    try:
+        main(args)
+        code = 0
+    except SystemExit as exc:
+        code = exc.code or 0
+    return code, capsys.readouterr().err
+
+
+def snapshot(root: Path) -> dict[str, bytes]:
+    return {
+        str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()
+    }
+
+
+def write_cfg(path: Path, **changes) -> Path:
+    cfg = json.loads(json.dumps(CFG))
+    cfg.update(changes)
+    path.write_text(yaml.safe_dump(cfg))
+    return path
+
+
+@pytest.fixture(scope="module")
+def finished(tmp_path_factory) -> tuple[Path, Path]:
+    """A 2-round oort run (config file, output root) made once for the module."""
+    base = tmp_path_factory.mktemp("fed")
+    cfg = write_cfg(base / "c.yaml")
+    root = base / "runs"
+    try:
+        main(["federate", str(cfg), "--output-root", str(root), "--selector", "oort", "--json"])
+    except SystemExit as exc:
+        assert exc.code in (0, None)
+    assert [
+        json.loads(x)["round"] for x in (root / "cli" / "metrics.jsonl").read_text().splitlines()
+    ] == [1, 2]
+    return cfg, root
+
+
+@pytest.fixture
+def run_copy(finished, tmp_path) -> tuple[Path, Path]:
+    cfg, root = finished
+    shutil.copytree(root, tmp_path / "runs")
+    return cfg, tmp_path / "runs"
+
+
+def _resume(cfg: Path, root: Path, capsys, *extra: str) -> tuple[int, str]:
+    args = ["federate", str(cfg), "--output-root", str(root), "--resume", "--selector", "oort"]
+    return run_cli([*args, "--rounds", "3", "--json", *extra], capsys)
+
+
+def _torn_round_2(run: Path) -> None:  # round 2's line cut mid-write (no newline)
+    text = (run / "metrics.jsonl").read_text()
+    (run / "metrics.jsonl").write_text(text[: len(text) - 200])
+
+
+DAMAGE = {
+    "state.json not JSON": (
+        lambda run: (run / "checkpoint" / "state.json").write_text("not json{"),
+        ["checkpoint state", "state.json is not valid JSON"],
+    ),
+    "state.json without fields": (
+        lambda run: (run / "checkpoint" / "state.json").write_text("{}"),
+        ["bad field(s) round (missing)", "expected round, sim_time_s, method"],
+    ),
+    "global.safetensors truncated": (
+        lambda run: (run / "checkpoint" / "global.safetensors").write_bytes(
+            (run / "checkpoint" / "global.safetensors").read_bytes()[:1000]
+        ),
+        ["global.safetensors is not a readable safetensors file"],
+    ),
+    "metrics.jsonl garbage line": (
+        lambda run: (run / "metrics.jsonl").open("a").write("garbage line\n"),
+        ["metrics.jsonl line 3 is not valid JSON"],
+    ),
+    "metrics.jsonl cut inside the checkpoint's round": (
+        _torn_round_2,
+        ["does not hold one record per round up to the checkpoint's round 2", "missing: 2"],
+    ),
+    "checkpoint removed, metrics kept": (
+        lambda run: shutil.rmtree(run / "checkpoint"),
+        ["has metrics for 2 round(s) but no checkpoint", "without --resume"],
+    ),
+    "state.json and global.safetensors from different rounds": (
+        lambda run: (run / "checkpoint" / "state.json").write_text(
+            (run / "checkpoint" / "state.json").read_text().replace('"round": 2', '"round": 1')
+        ),
+        ["holds round 2 but", "state.json round 1"],
+    ),
+    "config.json not JSON": (
+        lambda run: (run / "config.json").write_text("{"),
+        ["config.json is not valid JSON"],
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(DAMAGE))
+def test_resume_of_a_damaged_run_is_one_error_and_changes_nothing(case, run_copy, capsys):
+    cfg, root = run_copy
+    damage, expected = DAMAGE[case]
+    damage(root / "cli")
+    before = snapshot(root)
+    code, err = _resume(cfg, root, capsys)
+    assert code == 2, err
+    assert "Traceback" not in err and err.startswith("error:")
+    for text in expected:
+        assert text in " ".join(err.split()), err
+    assert snapshot(root) == before
+
+
+def test_resume_with_another_config_names_the_fields_and_keeps_config_json(run_copy, capsys):
+    cfg, root = run_copy
+    other = write_cfg(cfg.parent.parent / "other.yaml", seed=5)
+    before = snapshot(root)
+    code, err = _resume(other, root, capsys)
+    assert code == 2 and "Traceback" not in err
+    flat = " ".join(err.split())
+    assert "seed: run 2, now 5" in flat and "only federated.rounds" in flat
+    assert snapshot(root) == before  # config.json was rewritten before the check
+
+
+def test_resume_with_another_model_is_refused_before_anything_is_built(run_copy, capsys):
+    cfg, root = run_copy
+    other = write_cfg(cfg.parent.parent / "other.yaml", model={"name": "alexnet"})
+    before = snapshot(root)
+    code, err = _resume(other, root, capsys)
+    assert code == 2 and "model.name: run 'lenet', now 'alexnet'" in " ".join(err.split())
+    assert snapshot(root) == before
+
+
+def test_resume_with_another_method_keeps_the_run(run_copy, capsys):
+    cfg, root = run_copy
+    before = snapshot(root)
+    code, err = _resume(cfg, root, capsys, "--selector", "random")
+    assert code == 2 and "is for oort/fedavg, not random/fedavg" in " ".join(err.split())
+    assert snapshot(root) == before
+
+
+def test_resume_of_a_missing_run_directory_is_an_error_not_a_new_run(tmp_path, capsys):
+    cfg = write_cfg(tmp_path / "c.yaml")
+    code, err = _resume(cfg, tmp_path / "runs", capsys)
+    assert code == 2 and "--resume: no run directory" in " ".join(err.split())
+    assert not (tmp_path / "runs").exists()
+
+
+def test_a_record_torn_after_the_checkpoint_is_dropped_and_the_run_continues(run_copy, capsys):
+    cfg, root = run_copy
+    with open(root / "cli" / "metrics.jsonl", "a") as f:
+        f.write('{"round": 3, "accur')  # round 3 crashed mid-write, before its checkpoint
+    code, err = _resume(cfg, root, capsys)
+    assert code == 0, err
+    rows = [json.loads(x) for x in (root / "cli" / "metrics.jsonl").read_text().splitlines()]
+    assert [r["round"] for r in rows] == [1, 2, 3]
+
+
+def test_a_config_that_cannot_be_built_leaves_no_run_directory(tmp_path, capsys):
+    cfg = write_cfg(tmp_path / "c.yaml", model={"name": "resnet9000"})
+    code, err = run_cli(["federate", str(cfg), "--output-root", str(tmp_path / "runs")], capsys)
+    assert code == 2 and "unknown model 'resnet9000'; accepted names: lenet" in err
+    assert not (tmp_path / "runs").exists()  # before: runs/cli/config.json, next run cli-2
+
+
+def test_an_output_root_that_is_a_file_is_one_error(tmp_path, capsys):
+    cfg = write_cfg(tmp_path / "c.yaml")
+    (tmp_path / "afile").write_text("x")
+    code, err = run_cli(["federate", str(cfg), "--output-root", str(tmp_path / "afile")], capsys)
+    assert code == 2 and "Traceback" not in err
+    assert "cannot create run directory" in " ".join(err.split())
+    assert (tmp_path / "afile").read_text() == "x"
