@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from collections.abc import Iterable, Sequence
+from pathlib import Path
 from typing import Any
 
 from rich.console import Console
@@ -67,3 +69,22 @@ def step_progress(disable: bool = False):
         transient=disable,
         disable=disable,
     )
+
+
+def check_output_file(path: Path | None, option: str) -> None:
+    """Fail before any work if ``option``'s file could not be written: its folder must be an
+    existing, writable directory and the path itself must not be a directory."""
+    if path is None:
+        return
+    from edgetrain.errors import ConfigError
+
+    parent = Path(path).parent
+    if Path(path).is_dir():
+        raise ConfigError(f"{option} {path} is a directory; give a file path")
+    if not parent.is_dir():
+        raise ConfigError(
+            f"{option} {path}: folder {parent} does not exist or is not a directory; "
+            "give a path in an existing, writable folder"
+        )
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise ConfigError(f"{option} {path}: folder {parent} is not writable")

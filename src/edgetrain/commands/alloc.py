@@ -6,7 +6,7 @@ from pathlib import Path
 
 import typer
 
-from edgetrain.commands._output import console, print_json
+from edgetrain.commands._output import check_output_file, console, print_json
 
 
 def register(app: typer.Typer) -> None:
@@ -19,14 +19,18 @@ def register(app: typer.Typer) -> None:
             None, "--out", help="Write id,lower,upper,size,offset here."
         ),
         time_limit: float = typer.Option(
-            10.0, "--time-limit", help="Seconds for the exact search."
+            10.0, "--time-limit", min=0.0, help="Seconds for the exact search."
         ),
         alignment: int = typer.Option(1, "--alignment", help="Offsets are multiples of this."),
         json_out: bool = typer.Option(False, "--json", help="Print one JSON object."),
     ) -> None:
         """Pack buffers into one arena (greedy by size, then MiniMalloc-style search)."""
+        from edgetrain.errors import ConfigError
         from edgetrain.memory import allocate, read_minimalloc_csv, write_minimalloc_csv
 
+        if problem.is_dir():
+            raise ConfigError(f"{problem} is a directory; expected a MiniMalloc CSV file")
+        check_output_file(out, "--out")
         buffers = read_minimalloc_csv(problem)
         result = allocate(buffers, time_limit_s=time_limit, alignment=alignment)
         if out is not None:

@@ -26,7 +26,9 @@ def register(app: typer.Typer) -> None:
         ),
         epochs: int = typer.Option(5, help="Training epochs."),
         aggs_per_epoch: int = typer.Option(1, help="Aggregation rounds per epoch (Fig. 12-14)."),
-        seed: int = typer.Option(0, help="Seed for data split, model, busy allocation, DQN."),
+        seed: int = typer.Option(
+            0, min=0, help="Seed for data split, model, busy allocation, DQN."
+        ),
         link: str = typer.Option("bluetooth", help="bluetooth | wifi_direct (pair transfers)."),
         busy: str = typer.Option("random", help="random (≤50% busy) | trace | none."),
         wire: str = typer.Option(

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import typer
 
-from edgetrain.commands._output import console, print_json, print_table
+from edgetrain.commands._output import check_output_file, console, print_json, print_table
 
 
 def _mb(n: int) -> str:
@@ -30,8 +30,10 @@ def register(app: typer.Typer) -> None:
             "--placement",
             help="spill: L2 while it fits, rest to L3; l3-primary: all tensors in L3 (TrainDeeploy).",
         ),
-        time_limit: float = typer.Option(1.0, "--time-limit", help="Allocator search seconds."),
-        seed: int = typer.Option(0, "--seed"),
+        time_limit: float = typer.Option(
+            1.0, "--time-limit", min=0.0, help="Allocator search seconds."
+        ),
+        seed: int = typer.Option(0, "--seed", min=0),
         plot: Path | None = typer.Option(
             None, "--plot", help="Write the memory timeline PNG here."
         ),
@@ -40,6 +42,7 @@ def register(app: typer.Typer) -> None:
         """Capture the training step, allocate it statically, place it on L1/L2/L3, estimate latency."""
         from edgetrain.memory import plan_training, plot_timeline
 
+        check_output_file(plot, "--plot")
         plan = plan_training(
             model,
             strategy,

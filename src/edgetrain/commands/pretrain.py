@@ -26,7 +26,7 @@ def register(app: typer.Typer) -> None:
         ),
         epochs: int = typer.Option(5, "--epochs", min=1),
         batch: int = typer.Option(32, "--batch", min=1),
-        lr: float = typer.Option(1e-3, "--lr", min=0.0),
+        lr: float = typer.Option(1e-3, "--lr", min=0.0, help="Learning rate (> 0)."),
         optimizer: str = typer.Option("adam", "--optimizer", help="sgd, sgd-momentum or adam."),
         schedule: str = typer.Option("cosine", "--schedule", help="cosine or constant."),
         test_fraction: float = typer.Option(0.2, "--test-fraction"),
@@ -39,10 +39,13 @@ def register(app: typer.Typer) -> None:
         json_out: bool = typer.Option(False, "--json", help="Print one JSON object."),
     ) -> None:
         """Train MODEL on a source data set; writes model.safetensors + card.json."""
+        from edgetrain.errors import ConfigError
         from edgetrain.transfer.options import parse_ids, parse_options
         from edgetrain.transfer.session import PretrainSettings, pretrain
         from edgetrain.transfer.source import DataRef
 
+        if lr <= 0:
+            raise ConfigError(f"--lr {lr}: the learning rate must be > 0")
         ref = DataRef(
             data,
             parse_options(data_opt, "--data-opt"),
