@@ -12,6 +12,7 @@ import sys
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from edgetrain import __version__
 from edgetrain.errors import EdgetrainError
@@ -63,7 +64,10 @@ def main(argv: list[str] | None = None) -> None:
     try:
         app(args=argv, prog_name="edgetrain")
     except EdgetrainError as exc:
-        Console(stderr=True, soft_wrap=True).print(f"[bold red]error:[/] {exc}", highlight=False)
+        # the message is plain text: brackets in it ("[key]", "[/tmp]") are not rich markup
+        Console(stderr=True, soft_wrap=True).print(
+            f"[bold red]error:[/] {escape(str(exc))}", highlight=False
+        )
         sys.exit(2)
 
 

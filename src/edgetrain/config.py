@@ -79,8 +79,12 @@ def format_validation_error(exc: ValidationError, source: str) -> str:
     """One readable line per problem: ``field.path: message (got X)``."""
     lines = []
     for err in exc.errors():
-        loc = ".".join(str(p) for p in err["loc"]) or "(root)"
-        msg = err["msg"]
+        parts = [str(p) for p in err["loc"]]
+        msg = err["msg"].removeprefix("Value error, ")
+        if len(parts) >= 2 and parts[-1] == "[key]":  # a mapping's key, not its value
+            msg = f"key {parts[-2]!r}: {msg}"
+            parts = parts[:-2]
+        loc = ".".join(parts) or "(root)"
         if err["type"] == "extra_forbidden":
             msg = "unknown field"
         elif err["type"] == "literal_error":
@@ -109,6 +113,8 @@ def parse_config(data: Any, source: str = "<dict>", schema: type[BaseModel] = Ru
 def load_config(path: str | os.PathLike, schema: type[BaseModel] = RunConfig):
     """Read a YAML config file and validate it."""
     path = Path(path)
+    if path.is_dir():
+        raise ConfigError(f"config file {path} is a directory (expected a YAML file)")
     if not path.is_file():
         raise ConfigError(f"config file {path} does not exist (expected a YAML file)")
     try:
@@ -116,5 +122,13 @@ def load_config(path: str | os.PathLike, schema: type[BaseModel] = RunConfig):
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        raise ConfigError(f"config file {path} is not valid YAML{where}: {exc}") from None
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        context = getattr(exc, "context", None)
+        what = f"{problem} ({context})" if context else problem
+        raise ConfigError(
+            f"config file {path} is not valid YAML{where}: {what}; expected YAML mappings "
+            "of sections (see examples/*.yaml)"
+        ) from None
+    except UnicodeDecodeError:
+        raise ConfigError(f"config file {path} is not text (expected a YAML file)") from None
     return parse_config(data, str(path), schema)
