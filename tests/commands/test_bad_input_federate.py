@@ -192,3 +192,49 @@ def test_an_output_root_that_is_a_file_is_one_error(tmp_path, capsys):
     assert code == 2 and "Traceback" not in err
     assert "cannot create run directory" in " ".join(err.split())
     assert (tmp_path / "afile").read_text() == "x"
+
+
+@pytest.fixture(scope="module")
+def finished_hybrid(tmp_path_factory) -> tuple[Path, Path]:
+    """A 2-round FedHybrid run (its plans.json is loaded again on resume)."""
+    base = tmp_path_factory.mktemp("fedh")
+    cfg = write_cfg(base / "c.yaml")
+    root = base / "runs"
+    try:
+        main(["federate", str(cfg), "--output-root", str(root), "--json"])
+    except SystemExit as exc:
+        assert exc.code in (0, None)
+    assert json.loads((root / "cli" / "plans.json").read_text())
+    return cfg, root
+
+
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        ("not json", "plans.json is not valid JSON"),
+        ('[{"a": 1}]', "plans.json: row 0 lacks strategy, fraction, feasible, overhead_factor"),
+    ],
+)
+def test_resume_with_a_damaged_plans_file(finished_hybrid, tmp_path, capsys, text, expected):
+    cfg, root = finished_hybrid
+    shutil.copytree(root, tmp_path / "runs")
+    root = tmp_path / "runs"
+    (root / "cli" / "plans.json").write_text(text)
+    before = snapshot(root)
+    code, err = run_cli(
+        ["federate", str(cfg), "--output-root", str(root), "--resume", "--rounds", "3"], capsys
+    )
+    assert code == 2 and "Traceback" not in err and expected in " ".join(err.split())
+    assert snapshot(root) == before
+
+
+def test_a_rejected_memory_plans_file_leaves_no_config_behind(tmp_path, capsys):
+    (tmp_path / "p.json").write_text("not json")
+    cfg = json.loads(json.dumps(CFG))
+    cfg["memory"]["plans"] = str(tmp_path / "p.json")
+    (tmp_path / "c.yaml").write_text(yaml.safe_dump(cfg))
+    args = ["federate", str(tmp_path / "c.yaml"), "--output-root", str(tmp_path / "runs")]
+    code, err = run_cli(args, capsys)
+    assert code == 2 and "memory.plans:" in err and "is not JSON" in err
+    # an empty directory is reused by the next run; a config.json in it pushed that run to cli-2
+    assert [p for p in (tmp_path / "runs").rglob("*") if p.is_file()] == []

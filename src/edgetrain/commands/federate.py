@@ -12,12 +12,12 @@ from rich.table import Table
 
 from edgetrain.config import load_config
 from edgetrain.errors import ConfigError, RunDirError
-from edgetrain.federated.api import compare, run_federated
+from edgetrain.federated.api import compare
 from edgetrain.federated.config import FederatedConfig
 from edgetrain.federated.environment import build_environment
 from edgetrain.federated.methods import COMPARE_METHODS, METHODS
 from edgetrain.federated.report import write_report
-from edgetrain.federated.server import summarize
+from edgetrain.federated.server import FederatedServer, summarize
 from edgetrain.runs import RunDir, _jsonable
 
 
@@ -96,11 +96,13 @@ def register(app: typer.Typer) -> None:
             rd = RunDir.create(cfg.name, root, exist_ok=True)
         else:
             rd = RunDir.unique(cfg.name, root)
+        # the server loads memory.plans and the run's plans.json; the config is written once
+        # it is built, so a rejected file leaves an empty directory (reused by the next run)
+        server = FederatedServer(env, method, aggregator, run_dir=rd, executor=executor)
         rd.write_config(cfg.model_dump())
-        server, recs = run_federated(
-            cfg, method=method, aggregator=aggregator, rounds=rounds, run_dir=rd, resume=resume,
-            executor=executor, env=env,
-        )  # fmt: skip
+        if resume:
+            server.resume()
+        recs = server.run(rounds or cfg.federated.rounds)
         s = summarize(recs, None)
         write_report(rd.path / "report.html", f"{cfg.name}: {method}", {method: recs})
         result = {"method": method, "aggregator": server.aggregator_name, **s,
@@ -148,6 +150,7 @@ def _check_resumable(path: Path, cfg: FederatedConfig) -> None:
             f"--resume: no run directory {path} (the config's name under the output root); "
             "check --output-root and the config's name, or run without --resume to start"
         )
+    _check_plans_file(path / "plans.json")
     saved_path = path / RunDir.CONFIG
     if not saved_path.exists():
         return  # nothing to compare with; the checkpoint's own checks still apply
@@ -173,3 +176,33 @@ def _check_resumable(path: Path, cfg: FederatedConfig) -> None:
             f" resume with the run's config (its {RunDir.CONFIG}) -- only "
             f"{', '.join(RESUMABLE_CHANGES)} may change"
         )
+
+
+def _check_plans_file(path: Path) -> None:
+    """The run's plans.json, which the server loads on resume: a JSON list of planner
+    results (the fields PlanService.load_json reads)."""
+    if not path.exists():
+        return
+    need = ("strategy", "fraction", "feasible", "overhead_factor")
+    try:
+        rows = json.loads(path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise RunDirError(
+            f"{path} is not valid JSON ({exc}); the run directory is damaged (it holds the "
+            "planner results the run used, a JSON list)"
+        ) from None
+    if not isinstance(rows, list):
+        raise RunDirError(f"{path} is not a JSON list of planner results")
+    for i, r in enumerate(rows):
+        missing = [k for k in need if not isinstance(r, dict) or k not in r]
+        if missing:
+            raise RunDirError(
+                f"{path}: row {i} lacks {', '.join(missing)}; expected planner results "
+                f"with {', '.join(need)}"
+            )
+        try:
+            float(r["fraction"]), float(r["overhead_factor"])
+        except (TypeError, ValueError):
+            raise RunDirError(
+                f"{path}: row {i} has a non-numeric fraction or overhead_factor"
+            ) from None
