@@ -115,3 +115,13 @@ def test_run_dir_under_a_file_and_a_directory_given_as_model_file(tmp_path):
     assert read_metadata(save_state(tmp_path / "m.safetensors", {}, {"round": "3"})) == {
         "round": "3"
     }
+
+
+def test_a_file_where_the_run_directory_would_go(tmp_path):
+    (tmp_path / "r").write_text("keep me")
+    with pytest.raises(ConfigError, match="exists and is not a directory"):
+        RunDir.create("r", tmp_path)
+    with pytest.raises(ConfigError, match="exists and is not a directory"):
+        RunDir.create("r", tmp_path, exist_ok=True)
+    assert RunDir.unique("r", tmp_path).path.name == "r-2"  # the name is taken, not an error
+    assert (tmp_path / "r").read_text() == "keep me"

@@ -60,6 +60,11 @@ def _jsonable(value: Any) -> Any:
     return value
 
 
+def _taken(path: Path) -> bool:
+    """A run name is taken by a non-empty directory or by anything that is not a directory."""
+    return path.exists() and (not path.is_dir() or any(path.iterdir()))
+
+
 @dataclass
 class RunDir:
     """A run's directory and the files in it."""
@@ -79,6 +84,11 @@ class RunDir:
                 "starting with a letter or digit"
             )
         path = Path(root) / name
+        if path.exists() and not path.is_dir():
+            raise ConfigError(
+                f"run directory {path} exists and is not a directory; choose another --name "
+                "or output root, or move it"
+            )
         if path.exists() and not exist_ok and any(path.iterdir()):
             raise ConfigError(
                 f"run directory {path} already exists and is not empty; choose another --name "
@@ -98,7 +108,7 @@ class RunDir:
         """Create ``root/prefix``, or ``prefix-2``, ``prefix-3``... if taken."""
         root = Path(root)
         candidate, i = prefix, 1
-        while (root / candidate).exists() and any((root / candidate).iterdir()):
+        while _taken(root / candidate):
             i += 1
             candidate = f"{prefix}-{i}"
         return cls.create(candidate, root, exist_ok=True)
