@@ -817,6 +817,17 @@ def bench_model(name, batch, budgets, repeats, mincut, log, rounds=1, rounds_at=
             rows.append(row)
             log(f"  {frac:4.2f} {m:11s} " + _brief(row))
         log(f"  {frac:4.2f} ({n_rounds} round(s), {time.perf_counter() - t_budget:.0f}s)")
+        here = [r for r in rows if r["budget"] == frac]
+        for m in ("hybrid", "hybrid-tuned"):
+            vb = versus_baselines(here, of=m)
+            if vb is not None:
+                next(r for r in here if r["method"] == m)["vs_baselines"] = vb
+                log(f"  {frac:4.2f} {m} vs every baseline that fits: " + ", ".join(
+                    f"{b} {v['median']:.3f} [{v['lo']:.3f},{v['hi']:.3f}] {v['verdict']}"
+                    + (" (same plan)" if v.get("same_plan") else "")
+                    for b, v in vb["vs"].items()
+                ) + (f"; over the budget: {', '.join(vb['does_not_fit'])}"
+                     if vb["does_not_fit"] else ""))  # fmt: skip
         if mincut:
             # free this budget's compiled graphs now: a long run grew by about 2 GB of RSS
             # per budget without this (cause not isolated; see the README notes)
@@ -832,6 +843,46 @@ def bench_model(name, batch, budgets, repeats, mincut, log, rounds=1, rounds_at=
             "budget_scope": scope,
             "min_feasible_frac": {m: v / unplanned for m, v in mins.items()},
             "peak_rss_bytes": peak_rss_bytes()}  # fmt: skip
+
+
+#: the baselines hybrid must beat at a budget: the other planners, checkpointing every
+#: block and min-cut (at its matched setting, and at the budget's own setting)
+BASELINES = ("recompute", "compress", "swap", "ckpt-all", "mincut-matched", "mincut")
+
+
+def versus_baselines(rows, of="hybrid"):
+    """``of``'s step against every baseline entry of one budget that fits it.
+
+    ``rows``: the rows of one budget (one run, so every entry was timed in the same
+    interleaved rounds against the same unplanned steps).  Per round, ``of``'s ratio
+    over a baseline's ratio is their paired step-time ratio; a baseline over the
+    budget (``within_budget`` false) or not run is listed under ``does_not_fit`` /
+    left out, not compared.  ``same_plan`` marks a planner baseline that chose
+    ``of``'s very decisions (then the pair is an A/A control).  ``below_every`` is
+    true when every compared baseline's verdict is "below"; ``not_above_every`` when
+    none is "above".
+    """
+    by = {r["method"]: r for r in rows if r.get("feasible")}
+    me = by.get(of)
+    if me is None or not me.get("round_ratios"):
+        return None
+    out = {"vs": {}, "does_not_fit": []}
+    for b in BASELINES:
+        r = by.get(b)
+        if r is None or not r.get("round_ratios"):
+            continue
+        if not r.get("within_budget"):
+            out["does_not_fit"].append(b)
+            continue
+        pairs = [a / c for a, c in zip(me["round_ratios"], r["round_ratios"], strict=True)]
+        v = paired_summary(pairs).to_json()
+        if r.get("plan") is not None:
+            v["same_plan"] = r["plan"] == me.get("plan")
+        out["vs"][b] = v
+    verdicts = [v["verdict"] for v in out["vs"].values()]
+    out["below_every"] = bool(verdicts) and all(x == "below" for x in verdicts)
+    out["not_above_every"] = bool(verdicts) and all(x != "above" for x in verdicts)
+    return out
 
 
 def _fresh_process_runs(spec, budgets, argv, out, log, profiles=1):
