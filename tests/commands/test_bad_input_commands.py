@@ -122,3 +122,10 @@ def test_pretrain_zero_learning_rate_and_unwritable_output(afile, capsys):
     code, err = run_cli([*args, "--output", str(afile / "runs")], capsys)
     assert code == 2 and "Traceback" not in err
     assert f"cannot create run directory {afile / 'runs'}" in err
+
+
+def test_pretrain_unknown_optimizer_leaves_no_run_directory(tmp_path, capsys):
+    args = ["pretrain", "--model", "lenet", "--data", "watch", "--epochs", "1", "--limit", "16"]
+    code, err = run_cli([*args, "--optimizer", "lion", "--output", str(tmp_path / "r")], capsys)
+    assert code == 2 and "--optimizer 'lion': unknown optimizer; accepted: sgd" in err
+    assert not (tmp_path / "r").exists()  # before: r/pretrain-lenet-watch/config.json

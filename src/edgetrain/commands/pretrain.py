@@ -46,6 +46,10 @@ def register(app: typer.Typer) -> None:
 
         if lr <= 0:
             raise ConfigError(f"--lr {lr}: the learning rate must be > 0")
+        if optimizer not in ("sgd", "sgd-momentum", "adam"):  # before the run directory exists
+            raise ConfigError(
+                f"--optimizer {optimizer!r}: unknown optimizer; accepted: sgd, sgd-momentum, adam"
+            )
         ref = DataRef(
             data,
             parse_options(data_opt, "--data-opt"),
