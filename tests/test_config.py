@@ -59,3 +59,16 @@ def test_yaml_file_errors(tmp_path):
 def test_bad_run_name():
     with pytest.raises(ConfigError, match="name"):
         parse_config({"name": "../escape"})
+
+
+def test_a_cohort_larger_than_the_fleet_is_refused():
+    from edgetrain.federated.config import FederatedConfig
+
+    bad = {"fleet": {"clients": 4}, "federated": {"clients_per_round": 5}}
+    with pytest.raises(ConfigError) as exc:
+        parse_config(bad, "fed.yaml", FederatedConfig)
+    msg = str(exc.value)
+    assert "fed.yaml" in msg and "clients_per_round (5)" in msg and "fleet.clients (4)" in msg
+    ok = parse_config({"fleet": {"clients": 5}, "federated": {"clients_per_round": 5}},
+                      "fed.yaml", FederatedConfig)  # fmt: skip
+    assert ok.federated.clients_per_round == ok.fleet.clients == 5

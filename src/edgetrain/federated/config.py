@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from edgetrain.config import RunName
 from edgetrain.federated.methods import METHODS
@@ -174,3 +174,13 @@ class FederatedConfig(_Strict):
     federated: FederatedSection = Field(default_factory=FederatedSection)
     memory: MemorySection = Field(default_factory=MemorySection)
     clock: ClockSection = Field(default_factory=ClockSection)
+
+    @model_validator(mode="after")
+    def _cohort_fits_fleet(self) -> FederatedConfig:
+        # a round cannot close on more reports than the fleet has clients
+        if self.federated.clients_per_round > self.fleet.clients:
+            raise ValueError(
+                f"federated.clients_per_round ({self.federated.clients_per_round}) is more "
+                f"than fleet.clients ({self.fleet.clients}); accepted: 1 to fleet.clients"
+            )
+        return self
