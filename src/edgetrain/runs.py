@@ -60,6 +60,27 @@ def _jsonable(value: Any) -> Any:
     return value
 
 
+# the newest checkpoint this process wrote (a run directory and what it holds, e.g.
+# "round 3"): the command line names it when a run is interrupted with Ctrl-C
+_last_checkpoint: tuple[Path, str] | None = None
+
+
+def note_checkpoint(run_path: str | os.PathLike, what: str) -> None:
+    """Record that a complete checkpoint (``what``, e.g. "round 3") is now in ``run_path``."""
+    global _last_checkpoint
+    _last_checkpoint = (Path(run_path), what)
+
+
+def last_checkpoint() -> tuple[Path, str] | None:
+    """The checkpoint :func:`note_checkpoint` recorded last, or None."""
+    return _last_checkpoint
+
+
+def forget_checkpoint() -> None:
+    global _last_checkpoint
+    _last_checkpoint = None
+
+
 def _taken(path: Path) -> bool:
     """A run name is taken by a non-empty directory or by anything that is not a directory."""
     return path.exists() and (not path.is_dir() or any(path.iterdir()))

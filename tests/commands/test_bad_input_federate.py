@@ -15,6 +15,7 @@ import pytest
 import yaml
 
 from edgetrain.cli import main
+from edgetrain.runs import load_state, read_metadata, save_state
 from fed_small import SMALL_FLEET
 
 CFG = json.loads(json.dumps(SMALL_FLEET))
@@ -79,13 +80,43 @@ def _torn_round_2(run: Path) -> None:  # round 2's line cut mid-write (no newlin
     (run / "metrics.jsonl").write_text(text[: len(text) - 200])
 
 
+def _set_state(run: Path, text: str, round_: str | None = None) -> None:
+    """Replace the round state kept in the checkpoint's metadata."""
+    ck = run / "checkpoint" / "global.safetensors"
+    meta = read_metadata(ck)
+    save_state(ck, load_state(ck), {"round": round_ or meta["round"], "state": text})
+
+
+def _old_layout(run: Path, edit=lambda text: text) -> None:
+    """The checkpoint as earlier versions wrote it: checkpoint/state.json next to a
+    global.safetensors holding only the tensors and {"round": N}."""
+    ck = run / "checkpoint"
+    meta = read_metadata(ck / "global.safetensors")
+    (ck / "state.json").write_text(edit(meta["state"]))
+    save_state(ck / "global.safetensors", load_state(ck / "global.safetensors"), {"round": "2"})
+
+
 DAMAGE = {
-    "state.json not JSON": (
-        lambda run: (run / "checkpoint" / "state.json").write_text("not json{"),
+    "checkpoint state not JSON": (
+        lambda run: _set_state(run, "not json{"),
+        ["checkpoint state the metadata of", "global.safetensors is not valid JSON"],
+    ),
+    "checkpoint state without fields": (
+        lambda run: _set_state(run, "{}"),
+        ["bad field(s) round (missing)", "expected round, sim_time_s, method"],
+    ),
+    "checkpoint state of another round than the file": (
+        lambda run: _set_state(
+            run, read_metadata(run / "checkpoint" / "global.safetensors")["state"], "1"
+        ),
+        ["its metadata says round 1 and its state round 2"],
+    ),
+    "earlier layout: state.json not JSON": (
+        lambda run: _old_layout(run, lambda _: "not json{"),
         ["checkpoint state", "state.json is not valid JSON"],
     ),
-    "state.json without fields": (
-        lambda run: (run / "checkpoint" / "state.json").write_text("{}"),
+    "earlier layout: state.json without fields": (
+        lambda run: _old_layout(run, lambda _: "{}"),
         ["bad field(s) round (missing)", "expected round, sim_time_s, method"],
     ),
     "global.safetensors truncated": (
@@ -106,11 +137,9 @@ DAMAGE = {
         lambda run: shutil.rmtree(run / "checkpoint"),
         ["has metrics for 2 round(s) but no checkpoint", "without --resume"],
     ),
-    "state.json and global.safetensors from different rounds": (
-        lambda run: (run / "checkpoint" / "state.json").write_text(
-            (run / "checkpoint" / "state.json").read_text().replace('"round": 2', '"round": 1')
-        ),
-        ["holds round 2 but", "state.json round 1"],
+    "earlier layout: state.json and global.safetensors from different rounds": (
+        lambda run: _old_layout(run, lambda t: t.replace('"round": 2', '"round": 1')),
+        ["holds round 2 but", "state.json round 1", "cannot be continued exactly"],
     ),
     "config.json not JSON": (
         lambda run: (run / "config.json").write_text("{"),
@@ -176,6 +205,16 @@ def test_a_record_torn_after_the_checkpoint_is_dropped_and_the_run_continues(run
     assert code == 0, err
     rows = [json.loads(x) for x in (root / "cli" / "metrics.jsonl").read_text().splitlines()]
     assert [r["round"] for r in rows] == [1, 2, 3]
+
+
+def test_a_run_directory_of_the_earlier_layout_is_continued(run_copy, capsys):
+    cfg, root = run_copy
+    _old_layout(root / "cli")
+    code, err = _resume(cfg, root, capsys)
+    assert code == 0, err
+    rows = [json.loads(x) for x in (root / "cli" / "metrics.jsonl").read_text().splitlines()]
+    assert [r["round"] for r in rows] == [1, 2, 3]
+    assert not (root / "cli" / "checkpoint" / "state.json").exists()  # one checkpoint file
 
 
 def test_a_config_that_cannot_be_built_leaves_no_run_directory(tmp_path, capsys):

@@ -1,5 +1,8 @@
 """The round loop: resume == uninterrupted, dropouts, deadlines, memory outcomes, configs."""
 
+import os
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -7,7 +10,7 @@ from edgetrain.config import parse_config
 from edgetrain.errors import ConfigError
 from edgetrain.federated import FederatedConfig, FederatedServer, build_environment
 from edgetrain.federated.server import make_plan_service
-from edgetrain.runs import RunDir
+from edgetrain.runs import RunDir, load_state, read_metadata, save_state
 from fed_small import small_fleet_config
 
 _cfg = small_fleet_config
@@ -40,6 +43,92 @@ def test_resume_equals_uninterrupted(env, plans, tmp_path, method, agg):
     assert (rd.path / "checkpoint" / "global.safetensors").exists()
     with pytest.raises(ConfigError, match="checkpoint"):
         FederatedServer(env, "random", agg, rd, plans).resume()
+
+
+class _Crash(Exception):
+    """Stands for the process dying at this point of the checkpoint write."""
+
+
+def _crash_at(monkeypatch, server, point):
+    """Make ``server``'s round-2 checkpoint die at ``point``: ("replace", k) before the k-th
+    atomic rename of that checkpoint (its temp file written, the rename not done),
+    "after-metrics" once round 2's metrics line is written, "after-commit" right after the
+    checkpoint file is in place. Returns the list the renames of round 2 are recorded in."""
+    import edgetrain.federated.server as srv_mod
+
+    real_replace, renamed = os.replace, []
+
+    def replace(src, dst, **kw):
+        if server.round == 2 and Path(dst).is_relative_to(server.run_dir.path):
+            if point == ("replace", len(renamed)):
+                raise _Crash(f"before renaming to {dst}")
+            renamed.append(Path(dst).name)
+        return real_replace(src, dst, **kw)
+
+    monkeypatch.setattr(os, "replace", replace)
+    log = RunDir.log_metrics
+
+    def log_then_crash(self, rec):
+        log(self, rec)
+        if point == "after-metrics" and rec["round"] == 2:
+            raise _Crash("after the metrics line")
+
+    monkeypatch.setattr(RunDir, "log_metrics", log_then_crash)
+    note = srv_mod.note_checkpoint
+
+    def note_then_crash(path, what):
+        note(path, what)
+        if point == "after-commit" and server.round == 2:
+            raise _Crash("after the commit")
+
+    monkeypatch.setattr(srv_mod, "note_checkpoint", note_then_crash)
+    return renamed
+
+
+def test_a_crash_at_any_point_of_the_checkpoint_write_resumes_to_the_same_metrics(
+    env, plans, tmp_path, monkeypatch
+):
+    method, agg = "fedhybrid", "fedyogi"  # plans.json and the aggregator's tensors are saved
+    full = _strip(FederatedServer(env, method, agg, RunDir.create("full", tmp_path), plans).run(3))
+    # the renames of one round's checkpoint, in order: the commit (global.safetensors) last
+    with monkeypatch.context() as m:
+        probe = FederatedServer(env, method, agg, RunDir.create("probe", tmp_path), plans)
+        order = _crash_at(m, probe, None)
+        probe.run(3)
+    assert order[-1] == "global.safetensors" and "model.safetensors" in order, order
+    points = ["after-metrics", *[("replace", k) for k in range(len(order))], "after-commit"]
+    for i, point in enumerate(points):
+        rd = RunDir.create(f"crash{i}", tmp_path)
+        with monkeypatch.context() as m:
+            dying = FederatedServer(env, method, agg, rd, plans)
+            _crash_at(m, dying, point)
+            with pytest.raises(_Crash):
+                dying.run(3)
+        committed = point == "after-commit"
+        resumed = FederatedServer(env, method, agg, rd, plans)
+        assert resumed.resume() and resumed.round == (2 if committed else 1), point
+        assert _strip(resumed.run(3)) == full, point
+        assert [m["round"] for m in rd.metrics()] == [1, 2, 3], point
+
+
+def test_a_run_directory_of_the_earlier_two_file_checkpoint_still_resumes(env, plans, tmp_path):
+    """Before, the round state was checkpoint/state.json next to global.safetensors (which
+    held only the tensors and {"round": N}); such a run directory is still continued."""
+    full = _strip(
+        FederatedServer(env, "oort", "fedprox", RunDir.create("a", tmp_path), plans).run(3)
+    )
+    rd = RunDir.create("b", tmp_path)
+    FederatedServer(env, "oort", "fedprox", rd, plans).run(3, stop_after=2)
+    ck = rd.path / "checkpoint"
+    meta = read_metadata(ck / "global.safetensors")
+    (ck / "state.json").write_text(meta["state"])  # the earlier layout
+    save_state(ck / "global.safetensors", load_state(ck / "global.safetensors"), {"round": "2"})
+    resumed = FederatedServer(env, "oort", "fedprox", rd, plans)
+    assert resumed.resume() and resumed.round == 2
+    assert _strip(resumed.run(3)) == full
+    # the next checkpoint is written the new way and the stale state.json is gone
+    assert not (ck / "state.json").exists()
+    assert '"round": 3' in read_metadata(ck / "global.safetensors")["state"]
 
 
 def test_outcomes_follow_memory(env, plans):

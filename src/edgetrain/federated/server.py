@@ -27,8 +27,9 @@ One round (FedHybrid §4.1 workflow):
 6. the global model is evaluated on the held-out test set (real accuracy and loss).
 
 Every round writes one line to ``metrics.jsonl`` and a checkpoint (``checkpoint/
-global.safetensors`` + ``checkpoint/state.json``); :meth:`FederatedServer.run` with
-``resume=True`` continues from it and ends with the same metrics as an uninterrupted run.
+global.safetensors``: the tensors, and the round state in its metadata, one atomic file);
+:meth:`FederatedServer.resume` continues from it, and the run ends with the same metrics as
+an uninterrupted run.
 All randomness is drawn from ``(seed, round, client)``-keyed generators or the
 selector's generator, whose state is checkpointed.
 """
@@ -52,7 +53,13 @@ from edgetrain.federated.environment import Environment
 from edgetrain.federated.methods import METHODS, MethodSpec
 from edgetrain.federated.plans import ON_DEVICE_PLAN_SLOWDOWN, PlanOutcome, PlanService
 from edgetrain.federated.selectors import CheckIn, Feedback, Selector, make_selector
-from edgetrain.runs import RunDir, load_state, read_metadata, save_state
+from edgetrain.runs import (
+    RunDir,
+    load_state,
+    note_checkpoint,
+    read_metadata,
+    save_state,
+)
 from edgetrain.sim.clock import PRESSURE_SLOWDOWN_CAL, ClientCost, client_cost
 from edgetrain.sim.executor import ClientTask, InProcessExecutor
 from edgetrain.sim.round_memory import (
@@ -67,6 +74,10 @@ from edgetrain.sim.round_memory import (
     train_through,
 )
 
+# the checkpoint: tensors + round state (metadata "state") in one file, replaced atomically;
+# run directories of earlier versions hold the state in OLD_STATE_FILE next to it
+CHECKPOINT_FILE = "global.safetensors"
+OLD_STATE_FILE = "state.json"
 # HeteroFL width levels (Diao et al. 2020, §3: model complexity levels a-e are width
 # ratios 1, 1/2, 1/4, 1/8, 1/16). Activation memory scales ~ width, FLOPs ~ width^2.
 HETEROFL_WIDTHS = (1.0, 0.5, 0.25, 0.125, 0.0625)
@@ -557,12 +568,23 @@ class FederatedServer:
 
     # -- checkpoints --------------------------------------------------------------------------
     def checkpoint(self) -> None:
+        """Write the round's checkpoint: one file, ``checkpoint/global.safetensors``, holding
+        the tensors and (in its metadata) the round state, replaced atomically -- a crash at
+        any point leaves the previous round's checkpoint or this one, never a mix.
+
+        The run's other files are written first: metrics.jsonl (by the round), plans.json
+        and model.safetensors; a resume drops what is newer than the checkpoint."""
         assert self.run_dir is not None
+        if self.plans is not None and self._plans_written != len(self.plans.table):
+            # plans made during the run (clients planning for themselves) are kept, so a
+            # resumed run reuses the same planner results
+            self.run_dir.write_json("plans.json", self.plans.to_json())
+            self._plans_written = len(self.plans.table)
+        self.run_dir.save_model(self.global_state)
         ck = self.run_dir.path / "checkpoint"
         ck.mkdir(exist_ok=True)
         tensors = {f"model.{k}": v for k, v in self.global_state.items()}
         tensors.update({f"agg.{k}": v for k, v in self.aggregator.state_tensors().items()})
-        save_state(ck / "global.safetensors", tensors, {"round": str(self.round)})
         state = {
             "round": self.round,
             "sim_time_s": self.sim_time,
@@ -572,50 +594,64 @@ class FederatedServer:
             "regenerations": self.regenerations,
             "clients": {str(c): m.to_json() for c, m in sorted(self.client_mem.items())},
         }
-        tmp = ck / "state.json.tmp"
-        tmp.write_text(json.dumps(state))
-        tmp.replace(ck / "state.json")
-        self.run_dir.save_model(self.global_state)
-        if self.plans is not None and self._plans_written != len(self.plans.table):
-            # plans made during the run (clients planning for themselves) are kept, so a
-            # resumed run reuses the same planner results
-            self.run_dir.write_json("plans.json", self.plans.to_json())
-            self._plans_written = len(self.plans.table)
+        meta = {"round": str(self.round), "state": json.dumps(state)}
+        save_state(ck / CHECKPOINT_FILE, tensors, meta)  # the commit
+        # a state.json of a run begun by an earlier edgetrain is now stale (resume reads the
+        # metadata first); it is removed so that the directory shows one checkpoint
+        (ck / OLD_STATE_FILE).unlink(missing_ok=True)
+        note_checkpoint(self.run_dir.path, f"round {self.round}")
 
     def resume(self) -> bool:
         """Load the run directory's checkpoint; False if there is none.
 
         Everything is read and checked before anything is changed: a damaged or foreign
-        checkpoint (state.json, global.safetensors, metrics.jsonl) is a RunDirError naming
-        the file, and the run directory is left as it was."""
+        checkpoint (global.safetensors, its state, metrics.jsonl) is a RunDirError naming
+        the file, and the run directory is left as it was. A run directory written by an
+        earlier edgetrain (the state in ``checkpoint/state.json`` next to the tensors) is
+        read too."""
         if self.run_dir is None:
             return False
         ck = self.run_dir.path / "checkpoint"
-        state_path = ck / "state.json"
-        if not state_path.exists():
+        tensors_path, state_path = ck / CHECKPOINT_FILE, ck / OLD_STATE_FILE
+        meta = read_metadata(tensors_path) if tensors_path.exists() else {}
+        if "state" in meta:
+            state = _check_checkpoint_state(
+                _parse_state(meta["state"], f"the metadata of {tensors_path}"),
+                f"the metadata of {tensors_path}",
+            )
+            if meta.get("round") != str(state["round"]):
+                raise RunDirError(
+                    f"{tensors_path} is not one edgetrain wrote: its metadata says round "
+                    f"{meta.get('round')} and its state round {state['round']}"
+                )
+        elif not state_path.exists():
             done = self.run_dir.read_metrics(torn_tail=True)
             if done:
                 raise RunDirError(
                     f"{self.run_dir.path} has metrics for {len(done)} round(s) but no "
-                    f"checkpoint ({state_path} is missing), so it cannot be continued; "
-                    "start a new run without --resume (it gets a new directory)"
+                    f"checkpoint ({tensors_path} is missing or holds no round state), so it "
+                    "cannot be continued; start a new run without --resume (it gets a new "
+                    "directory)"
                 )
             return False  # stopped before its first round ended: start from round 0
-        state = _read_checkpoint_state(state_path)
+        else:  # written the earlier way: state.json next to the tensors
+            state = _read_checkpoint_state(state_path)
         if state["method"] != self.method_name or state["aggregator"] != self.aggregator_name:
             raise ConfigError(
                 f"checkpoint in {ck} is for {state['method']}/{state['aggregator']}, not "
                 f"{self.method_name}/{self.aggregator_name}"
             )
-        tensors_path = ck / "global.safetensors"
         tensors = load_state(tensors_path)
-        saved_round = read_metadata(tensors_path).get("round")
-        if saved_round != str(state["round"]):
-            raise RunDirError(
-                f"{tensors_path} holds round {saved_round} but {state_path} round "
-                f"{state['round']}: the run stopped while writing its checkpoint and the two "
-                "files disagree, so it cannot be continued exactly; start a new run"
-            )
+        if "state" not in meta:
+            saved_round = meta.get("round")
+            if saved_round != str(state["round"]):
+                raise RunDirError(
+                    f"{tensors_path} holds round {saved_round} but {state_path} round "
+                    f"{state['round']}: the run stopped while writing its checkpoint and the "
+                    "two files disagree (a run directory of an earlier edgetrain, which wrote "
+                    "them one after the other), so it cannot be continued exactly; start a new "
+                    "run"
+                )
         global_state = {k[6:]: v for k, v in tensors.items() if k.startswith("model.")}
         own = {k: tuple(v.shape) for k, v in self.global_state.items()}
         got = {k: tuple(v.shape) for k, v in global_state.items()}
@@ -674,16 +710,31 @@ _STATE_FIELDS = {
 
 
 def _read_checkpoint_state(path) -> dict[str, Any]:
-    """``checkpoint/state.json``, checked field by field; RunDirError naming what is wrong."""
+    """``checkpoint/state.json`` of a run directory written by an earlier edgetrain."""
     try:
-        state = json.loads(path.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        text = path.read_text()
+    except UnicodeDecodeError as exc:
         raise RunDirError(
             f"checkpoint state {path} is not valid JSON ({exc}); the run directory is damaged "
             "and cannot be continued -- restore it from a copy or start a new run"
         ) from None
+    return _check_checkpoint_state(_parse_state(text, str(path)), str(path))
+
+
+def _parse_state(text: str, where: str) -> Any:
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise RunDirError(
+            f"checkpoint state {where} is not valid JSON ({exc}); the run directory is damaged "
+            "and cannot be continued -- restore it from a copy or start a new run"
+        ) from None
+
+
+def _check_checkpoint_state(state: Any, where: str) -> dict[str, Any]:
+    """The round state, checked field by field; RunDirError naming what is wrong."""
     if not isinstance(state, dict):
-        raise RunDirError(f"checkpoint state {path} is not a JSON object")
+        raise RunDirError(f"checkpoint state {where} is not a JSON object")
     wrong = [
         f"{k} ({'missing' if k not in state else type(state[k]).__name__})"
         for k, kind in _STATE_FIELDS.items()
@@ -692,7 +743,7 @@ def _read_checkpoint_state(path) -> dict[str, Any]:
     if wrong or state["round"] < 0:
         wrong = wrong or [f"round ({state['round']} < 0)"]
         raise RunDirError(
-            f"checkpoint state {path} is not one edgetrain wrote: bad field(s) "
+            f"checkpoint state {where} is not one edgetrain wrote: bad field(s) "
             f"{', '.join(wrong)}; expected {', '.join(_STATE_FIELDS)}"
         )
     return state
