@@ -125,3 +125,25 @@ def test_a_file_where_the_run_directory_would_go(tmp_path):
         RunDir.create("r", tmp_path, exist_ok=True)
     assert RunDir.unique("r", tmp_path).path.name == "r-2"  # the name is taken, not an error
     assert (tmp_path / "r").read_text() == "keep me"
+
+
+def test_a_deferred_run_directory_is_checked_now_and_made_at_the_first_write(tmp_path):
+    run = RunDir.create("r", tmp_path / "root", defer=True)
+    assert run.pending and not (tmp_path / "root").exists()
+    run.write_config({"a": 1})
+    assert not run.pending and json.loads((run.path / "config.json").read_text()) == {"a": 1}
+    # the checks of create() run at once: a taken name, a file under the root
+    with pytest.raises(ConfigError, match="already exists and is not empty"):
+        RunDir.create("r", tmp_path / "root", defer=True)
+    (tmp_path / "f").write_text("x")
+    with pytest.raises(ConfigError, match=r"cannot create run directory .*f/root/s"):
+        RunDir.create("s", tmp_path / "f" / "root", defer=True)
+    assert RunDir.unique("r", tmp_path / "root", defer=True).path.name == "r-2"
+    assert not (tmp_path / "root" / "r-2").exists()
+    # taken between the check and the first write: refused then, nothing overwritten
+    late = RunDir.create("t", tmp_path / "root", defer=True)
+    (tmp_path / "root" / "t").mkdir()
+    (tmp_path / "root" / "t" / "metrics.jsonl").write_text("other run\n")
+    with pytest.raises(ConfigError, match="already exists and is not empty"):
+        late.log_metrics({"round": 1})
+    assert (tmp_path / "root" / "t" / "metrics.jsonl").read_text() == "other run\n"

@@ -14,7 +14,7 @@ import os
 import random
 import re
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -88,17 +88,31 @@ def _taken(path: Path) -> bool:
 
 @dataclass
 class RunDir:
-    """A run's directory and the files in it."""
+    """A run's directory and the files in it.
+
+    ``pending``: checked but not made yet (``create(..., defer=True)``); the first write, or
+    :meth:`ensure`, makes it -- so a run whose inputs fail to load leaves no directory."""
 
     path: Path
+    pending: bool = field(default=False, repr=False, compare=False)
+    _exist_ok: bool = field(default=False, repr=False, compare=False)
 
     CONFIG = "config.json"
     METRICS = "metrics.jsonl"
     MODEL = "model.safetensors"
 
     @classmethod
-    def create(cls, name: str, root: str | os.PathLike = "runs", exist_ok: bool = False) -> RunDir:
-        """Create ``root/name``; refuse to overwrite an existing run unless ``exist_ok``."""
+    def create(
+        cls,
+        name: str,
+        root: str | os.PathLike = "runs",
+        exist_ok: bool = False,
+        *,
+        defer: bool = False,
+    ) -> RunDir:
+        """Create ``root/name``; refuse to overwrite an existing run unless ``exist_ok``.
+
+        ``defer``: check the name and the place now, make the directory at the first write."""
         if not _NAME_RE.match(name):
             raise ConfigError(
                 f"run name {name!r} is not accepted: use 1-128 letters, digits, '.', '_' or '-', "
@@ -115,6 +129,17 @@ class RunDir:
                 f"run directory {path} already exists and is not empty; choose another --name "
                 "or remove it (runs are never overwritten silently)"
             )
+        if defer:
+            above = path.parent
+            while not above.exists() and above != above.parent:
+                above = above.parent
+            if not above.is_dir() or not os.access(above, os.W_OK | os.X_OK):
+                why = "Not a directory" if not above.is_dir() else "Permission denied"
+                raise ConfigError(
+                    f"cannot create run directory {path} ({why}: {above}); "
+                    "give an output root that is a writable directory"
+                )
+            return cls(path, pending=True, _exist_ok=exist_ok)
         try:
             path.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
@@ -125,21 +150,30 @@ class RunDir:
         return cls(path)
 
     @classmethod
-    def unique(cls, prefix: str, root: str | os.PathLike = "runs") -> RunDir:
+    def unique(
+        cls, prefix: str, root: str | os.PathLike = "runs", *, defer: bool = False
+    ) -> RunDir:
         """Create ``root/prefix``, or ``prefix-2``, ``prefix-3``... if taken."""
         root = Path(root)
         candidate, i = prefix, 1
         while _taken(root / candidate):
             i += 1
             candidate = f"{prefix}-{i}"
-        return cls.create(candidate, root, exist_ok=True)
+        return cls.create(candidate, root, exist_ok=True, defer=defer)
+
+    def ensure(self) -> RunDir:
+        """Make a pending directory (checked again: another run may have taken the name)."""
+        if self.pending:
+            RunDir.create(self.path.name, self.path.parent, exist_ok=self._exist_ok)
+            self.pending = False
+        return self
 
     def write_config(self, config: Mapping[str, Any]) -> Path:
         return self.write_json(self.CONFIG, config)
 
     def write_json(self, filename: str, obj: Any) -> Path:
         """Write ``obj`` as JSON atomically (temp file + rename), so a crash loses nothing."""
-        target = self.path / filename
+        target = self.ensure().path / filename
         tmp = target.with_suffix(target.suffix + ".tmp")
         tmp.write_text(json.dumps(_jsonable(obj), indent=2, sort_keys=True) + "\n")
         os.replace(tmp, target)
@@ -147,7 +181,7 @@ class RunDir:
 
     def log_metrics(self, record: Mapping[str, Any]) -> None:
         """Append one JSON line to metrics.jsonl (flushed immediately)."""
-        with open(self.path / self.METRICS, "a") as f:
+        with open(self.ensure().path / self.METRICS, "a") as f:
             f.write(json.dumps(_jsonable(record), sort_keys=True) + "\n")
             f.flush()
 
@@ -194,7 +228,7 @@ class RunDir:
         filename: str = MODEL,
         metadata: Mapping[str, str] | None = None,
     ) -> Path:
-        return save_state(self.path / filename, state_dict, metadata)
+        return save_state(self.ensure().path / filename, state_dict, metadata)
 
 
 def save_state(

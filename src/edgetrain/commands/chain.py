@@ -80,10 +80,11 @@ def register(app: typer.Typer) -> None:
             init_model=init_model,
         )
         cfg.check()
+        # checked now, made by run_chain once the data, link and --init-model have loaded
         run_dir = (
-            RunDir.create(name, runs_root)
+            RunDir.create(name, runs_root, defer=True)
             if name
-            else RunDir.unique(default_run_name(cfg), runs_root)
+            else RunDir.unique(default_run_name(cfg), runs_root, defer=True)
         )
 
         def progress(rec: dict) -> None:

@@ -359,7 +359,8 @@ def run_chain(
         if cfg.busy == "trace"
         else None
     )
-    cache = DeviceCache(run_dir.path / "cache") if run_dir else None
+    # everything above is built and checked: a failure there leaves no run directory
+    cache = DeviceCache(run_dir.ensure().path / "cache") if run_dir else None
     if run_dir:
         run_dir.write_config({"command": "chain", **cfg.to_json()})
     energy = dict.fromkeys(range(n), 0.0)

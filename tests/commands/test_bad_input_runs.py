@@ -1,0 +1,79 @@
+"""Run directories on failure and interruption: ``chain`` makes its directory only after its
+inputs load, ``pretrain --name`` refuses a taken name as ``chain --name`` does, and Ctrl-C is
+one line with exit status 130 naming the last checkpoint."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import save_file
+
+from edgetrain.cli import main
+
+
+def run_cli(args: list[str], capsys) -> tuple[int, str]:
+    try:
+        main(args)
+        code = 0
+    except SystemExit as exc:
+        code = exc.code or 0
+    return code, " ".join(capsys.readouterr().err.split())
+
+
+CHAIN = ["chain", "--devices", "2", "--epochs", "1", "--json"]
+
+
+@pytest.fixture
+def foreign_model(tmp_path) -> Path:
+    """A readable safetensors file that is not a LeNet (loading it into one fails)."""
+    path = tmp_path / "other.safetensors"
+    save_file({"fc.weight": torch.zeros(3, 3)}, str(path))
+    return path
+
+
+def test_chain_init_model_that_does_not_fit_leaves_no_run_directory(
+    foreign_model, tmp_path, capsys
+):
+    root = tmp_path / "runs"
+    for extra in ([], ["--name", "mine"]):
+        args = [*CHAIN, "--init-model", str(foreign_model), "--runs-root", str(root), *extra]
+        code, err = run_cli(args, capsys)
+        assert code == 2 and "Traceback" not in err, err
+        assert "checkpoint does not match the model" in err
+        # before: runs/chain-chain-chain-n2-s0/ (empty) or runs/mine/ was left behind
+        assert not root.exists() or list(root.iterdir()) == []
+
+
+def test_chain_data_failure_leaves_no_run_directory(tmp_path, capsys, monkeypatch):
+    import edgetrain.decentralized.trainer as trainer
+    from edgetrain.errors import DataError
+
+    def no_data(*a, **k):
+        raise DataError("the watch data could not be read (test)")
+
+    monkeypatch.setattr(trainer, "build_fleet", no_data)
+    root = tmp_path / "runs"
+    code, err = run_cli([*CHAIN, "--runs-root", str(root), "--name", "mine"], capsys)
+    assert code == 2 and "the watch data could not be read (test)" in err
+    assert not (root / "mine").exists()
+
+
+def test_chain_unusable_runs_root_is_reported_before_the_data_loads(tmp_path, capsys, monkeypatch):
+    import edgetrain.decentralized.trainer as trainer
+
+    def boom(*a, **k):
+        raise AssertionError("the data was loaded before the bad --runs-root was reported")
+
+    monkeypatch.setattr(trainer, "build_fleet", boom)
+    afile = tmp_path / "afile"
+    afile.write_text("keep me\n")
+    code, err = run_cli([*CHAIN, "--runs-root", str(afile / "runs")], capsys)
+    assert code == 2 and f"cannot create run directory {afile / 'runs'}" in err
+    (tmp_path / "taken").mkdir()
+    (tmp_path / "taken" / "config.json").write_text("{}")
+    code, err = run_cli([*CHAIN, "--runs-root", str(tmp_path), "--name", "taken"], capsys)
+    assert code == 2 and "already exists and is not empty; choose another --name" in err
+    assert afile.read_text() == "keep me\n"
+    assert (tmp_path / "taken" / "config.json").read_text() == "{}"
