@@ -77,3 +77,36 @@ def test_chain_unusable_runs_root_is_reported_before_the_data_loads(tmp_path, ca
     assert code == 2 and "already exists and is not empty; choose another --name" in err
     assert afile.read_text() == "keep me\n"
     assert (tmp_path / "taken" / "config.json").read_text() == "{}"
+
+
+PRETRAIN = ["pretrain", "--model", "lenet", "--data", "watch", "--epochs", "1", "--limit", "16"]
+
+
+def test_pretrain_name_of_an_existing_run_is_refused_as_chain_does(tmp_path, capsys, monkeypatch):
+    import edgetrain.transfer.session as session
+
+    def boom(*a, **k):
+        raise AssertionError("pretrain trained although its --name was taken")
+
+    monkeypatch.setattr(session, "pretrain", boom)
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "model.safetensors").write_bytes(b"earlier run")
+    code, err = run_cli([*PRETRAIN, "--output", str(tmp_path), "--name", "mine"], capsys)
+    assert code == 2 and "Traceback" not in err
+    assert f"run directory {tmp_path / 'mine'} already exists and is not empty" in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["mine"]  # before: mine-2 was made
+    assert (tmp_path / "mine" / "model.safetensors").read_bytes() == b"earlier run"
+    # chain says the same of the same directory
+    code, chain_err = run_cli([*CHAIN, "--runs-root", str(tmp_path), "--name", "mine"], capsys)
+    assert code == 2 and err.split(";")[0] == chain_err.split(";")[0]
+    code, err = run_cli([*PRETRAIN, "--output", str(tmp_path), "--name", "../up"], capsys)
+    assert code == 2 and "run name '../up' is not accepted" in err
+
+
+def test_pretrain_name_that_is_free_is_used_as_given(tmp_path, capsys):
+    (tmp_path / "empty").mkdir()  # an empty directory is free (as for chain --name)
+    args = [*PRETRAIN, "--output", str(tmp_path), "--name", "empty", "--json"]
+    code, err = run_cli(args, capsys)
+    assert code == 0, err
+    assert (tmp_path / "empty" / "model.safetensors").is_file()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["empty"]

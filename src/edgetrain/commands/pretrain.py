@@ -35,11 +35,14 @@ def register(app: typer.Typer) -> None:
         ),
         seed: int = typer.Option(0, "--seed", min=0),
         output: Path = typer.Option(Path("runs"), "--output", help="Root of run directories."),
-        name: str = typer.Option(None, "--name", help="Run directory name."),
+        name: str = typer.Option(
+            None, "--name", help="Run directory name (refused if that run exists)."
+        ),
         json_out: bool = typer.Option(False, "--json", help="Print one JSON object."),
     ) -> None:
         """Train MODEL on a source data set; writes model.safetensors + card.json."""
         from edgetrain.errors import ConfigError
+        from edgetrain.runs import RunDir
         from edgetrain.transfer.options import parse_ids, parse_options
         from edgetrain.transfer.session import PretrainSettings, pretrain
         from edgetrain.transfer.source import DataRef
@@ -50,6 +53,10 @@ def register(app: typer.Typer) -> None:
             raise ConfigError(
                 f"--optimizer {optimizer!r}: unknown optimizer; accepted: sgd, sgd-momentum, adam"
             )
+        if name is not None:
+            # a named run that exists is refused, as `chain --name` does (without --name the
+            # default name gets -2, -3...); checked before the data set is loaded
+            RunDir.create(name, output, defer=True)
         ref = DataRef(
             data,
             parse_options(data_opt, "--data-opt"),
