@@ -1,6 +1,7 @@
 """The round loop: resume == uninterrupted, dropouts, deadlines, memory outcomes, configs."""
 
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -129,6 +130,38 @@ def test_a_run_directory_of_the_earlier_two_file_checkpoint_still_resumes(env, p
     # the next checkpoint is written the new way and the stale state.json is gone
     assert not (ck / "state.json").exists()
     assert '"round": 3' in read_metadata(ck / "global.safetensors")["state"]
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("not json", "plans.json is not valid JSON"),
+        ('{"strategy": "hybrid"}', "plans.json is not a JSON list of planner results"),
+        ('[{"strategy": "hybrid"}]', "row 0 lacks fraction, feasible, overhead_factor"),
+        (
+            '[{"strategy": "hybrid", "fraction": "x", "feasible": true, "overhead_factor": 1}]',
+            "row 0 has a non-numeric fraction or overhead_factor",
+        ),
+        (
+            '[{"strategy": "hybrid", "fraction": 0.5, "feasible": true, "overhead_factor": 1,'
+            ' "micro_batches": "two"}]',
+            "a planner result could not be read (ValueError",
+        ),
+    ],
+)
+def test_a_damaged_plans_json_is_refused_by_the_server_itself(env, tmp_path, text, expected):
+    """Called from Python (not the command), the server checks the run's plans.json where it
+    reads it: one RunDirError naming the file; the plan service and the file unchanged."""
+    from edgetrain.errors import RunDirError
+
+    service = make_plan_service(env)
+    before = dict(service.table)
+    rd = RunDir.create("r", tmp_path)
+    (rd.path / "plans.json").write_text(text)
+    with pytest.raises(RunDirError, match=re.escape(expected)):
+        FederatedServer(env, "fedhybrid", "fedavg", rd, service)
+    assert service.table == before
+    assert (rd.path / "plans.json").read_text() == text
 
 
 def test_outcomes_follow_memory(env, plans):

@@ -96,8 +96,9 @@ def register(app: typer.Typer) -> None:
             rd = RunDir.create(cfg.name, root, exist_ok=True)
         else:
             rd = RunDir.unique(cfg.name, root)
-        # the server loads memory.plans and the run's plans.json; the config is written once
-        # it is built, so a rejected file leaves an empty directory (reused by the next run)
+        # the server loads memory.plans and the run's plans.json (and checks them); the config
+        # is written once it is built, so a rejected file leaves an empty directory (reused by
+        # the next run) or, on --resume, the run directory as it was
         server = FederatedServer(env, method, aggregator, run_dir=rd, executor=executor)
         rd.write_config(cfg.model_dump())
         if resume:
@@ -150,7 +151,6 @@ def _check_resumable(path: Path, cfg: FederatedConfig) -> None:
             f"--resume: no run directory {path} (the config's name under the output root); "
             "check --output-root and the config's name, or run without --resume to start"
         )
-    _check_plans_file(path / "plans.json")
     saved_path = path / RunDir.CONFIG
     if not saved_path.exists():
         return  # nothing to compare with; the checkpoint's own checks still apply
@@ -176,33 +176,3 @@ def _check_resumable(path: Path, cfg: FederatedConfig) -> None:
             f" resume with the run's config (its {RunDir.CONFIG}) -- only "
             f"{', '.join(RESUMABLE_CHANGES)} may change"
         )
-
-
-def _check_plans_file(path: Path) -> None:
-    """The run's plans.json, which the server loads on resume: a JSON list of planner
-    results (the fields PlanService.load_json reads)."""
-    if not path.exists():
-        return
-    need = ("strategy", "fraction", "feasible", "overhead_factor")
-    try:
-        rows = json.loads(path.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise RunDirError(
-            f"{path} is not valid JSON ({exc}); the run directory is damaged (it holds the "
-            "planner results the run used, a JSON list)"
-        ) from None
-    if not isinstance(rows, list):
-        raise RunDirError(f"{path} is not a JSON list of planner results")
-    for i, r in enumerate(rows):
-        missing = [k for k in need if not isinstance(r, dict) or k not in r]
-        if missing:
-            raise RunDirError(
-                f"{path}: row {i} lacks {', '.join(missing)}; expected planner results "
-                f"with {', '.join(need)}"
-            )
-        try:
-            float(r["fraction"]), float(r["overhead_factor"])
-        except (TypeError, ValueError):
-            raise RunDirError(
-                f"{path}: row {i} has a non-numeric fraction or overhead_factor"
-            ) from None

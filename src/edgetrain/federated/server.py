@@ -182,7 +182,7 @@ class FederatedServer:
         self.uniform_target: float | None = None
         if self.plans is not None and tech in ("hybrid", "recompute", "compress", "swap"):
             if run_dir is not None and (run_dir.path / "plans.json").exists():
-                self.plans.load_json(json.loads((run_dir.path / "plans.json").read_text()))
+                load_plans_file(self.plans, run_dir.path / "plans.json")
             if self.method.uniform and fcfg.baseline_plans == "uniform":
                 self.uniform_target = uniform_fraction(env.budgets, env.m_g)
                 self.uniform_plan = uniform_plan(self.plans, tech, self.uniform_target)
@@ -698,6 +698,45 @@ class FederatedServer:
         path.write_text("".join(json.dumps(m, sort_keys=True) + "\n" for m in kept))
         self.records = kept
         return True
+
+
+def load_plans_file(service: PlanService, path) -> None:
+    """Load a run directory's ``plans.json`` (the planner results the run used, written by
+    the server) into ``service``; a damaged file is a RunDirError naming it, raised before
+    anything is loaded."""
+    need = ("strategy", "fraction", "feasible", "overhead_factor")
+    try:
+        rows = json.loads(path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise RunDirError(
+            f"{path} is not valid JSON ({exc}); the run directory is damaged (it holds the "
+            "planner results the run used, a JSON list)"
+        ) from None
+    if not isinstance(rows, list):
+        raise RunDirError(f"{path} is not a JSON list of planner results")
+    for i, r in enumerate(rows):
+        missing = [k for k in need if not isinstance(r, dict) or k not in r]
+        if missing:
+            raise RunDirError(
+                f"{path}: row {i} lacks {', '.join(missing)}; expected planner results "
+                f"with {', '.join(need)}"
+            )
+        try:
+            float(r["fraction"]), float(r["overhead_factor"])
+        except (TypeError, ValueError):
+            raise RunDirError(
+                f"{path}: row {i} has a non-numeric fraction or overhead_factor"
+            ) from None
+    before = dict(service.table)
+    try:
+        service.load_json(rows)
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        service.table.clear()  # as it was: no row of a damaged file is kept
+        service.table.update(before)
+        raise RunDirError(
+            f"{path}: a planner result could not be read ({type(exc).__name__}: {exc}); "
+            "the run directory is damaged"
+        ) from None
 
 
 _STATE_FIELDS = {
