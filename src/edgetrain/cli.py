@@ -2,7 +2,8 @@
 
 Thin by design: each subcommand lives in ``edgetrain.commands.<name>`` and
 exposes ``register(app)``; this module only assembles them, prints user errors
-without a traceback and exits with status 2 on them.
+without a traceback and exits with status 2 on them, and turns Ctrl-C into one line (the
+newest checkpoint, if the run wrote one) and exit status 130.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from rich.markup import escape
 
 from edgetrain import __version__
 from edgetrain.errors import EdgetrainError
+from edgetrain.runs import forget_checkpoint, last_checkpoint
 
 # One line per subcommand module; each module defines ``register(app: typer.Typer)``.
 COMMAND_MODULES = [
@@ -61,6 +63,7 @@ for _name in COMMAND_MODULES:
 
 def main(argv: list[str] | None = None) -> None:
     """Entry point of the ``edgetrain`` console script."""
+    forget_checkpoint()
     try:
         app(args=argv, prog_name="edgetrain")
     except EdgetrainError as exc:
@@ -69,6 +72,24 @@ def main(argv: list[str] | None = None) -> None:
             f"[bold red]error:[/] {escape(str(exc))}", highlight=False
         )
         sys.exit(2)
+    except KeyboardInterrupt:  # one that reaches past typer's own handling
+        _interrupted()
+    except SystemExit as exc:
+        if exc.code == INTERRUPTED:  # typer turns Ctrl-C into a silent exit with status 130
+            _interrupted()
+        raise
+
+
+# the exit status of a run stopped by Ctrl-C (128 + SIGINT, as shells report it)
+INTERRUPTED = 130
+
+
+def _interrupted() -> None:
+    """Ctrl-C: one line naming the newest complete checkpoint, exit status 130."""
+    last = last_checkpoint()
+    where = f"; the last checkpoint ({last[1]}) is in {last[0]}" if last else ""
+    print(f"interrupted{where}", file=sys.stderr, flush=True)
+    sys.exit(INTERRUPTED)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -4,6 +4,7 @@ one line with exit status 130 naming the last checkpoint."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -110,3 +111,99 @@ def test_pretrain_name_that_is_free_is_used_as_given(tmp_path, capsys):
     assert code == 0, err
     assert (tmp_path / "empty" / "model.safetensors").is_file()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["empty"]
+
+
+# -- Ctrl-C ---------------------------------------------------------------------------------
+
+
+def _fed_cfg(path: Path, rounds: int) -> Path:
+    import yaml
+
+    from fed_small import SMALL_FLEET
+
+    cfg = json.loads(json.dumps(SMALL_FLEET))
+    cfg.update(name="cli", seed=2, data={"max_samples": 400}, fleet={"clients": 8})
+    cfg["federated"].update(rounds=rounds, clients_per_round=3, local_steps=1)
+    cfg["memory"]["bucket"] = 0.2
+    path.write_text(yaml.safe_dump(cfg))
+    return path
+
+
+def _metrics(run: Path) -> list[dict]:
+    rows = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
+    return [{k: v for k, v in r.items() if k != "wall_s"} for r in rows]
+
+
+def test_ctrl_c_names_the_last_checkpoint_and_the_run_resumes(tmp_path, capsys, monkeypatch):
+    from edgetrain.federated.server import FederatedServer
+
+    cfg = _fed_cfg(tmp_path / "c.yaml", 3)
+    args = ["federate", str(cfg), "--selector", "random", "--json"]
+    code, err = run_cli([*args, "--output-root", str(tmp_path / "whole")], capsys)
+    assert code == 0, err
+    real_round = FederatedServer.run_round
+
+    def ctrl_c_in_round_3(self):
+        if self.round == 2:
+            raise KeyboardInterrupt
+        return real_round(self)
+
+    with monkeypatch.context() as m:
+        m.setattr(FederatedServer, "run_round", ctrl_c_in_round_3)
+        code, err = run_cli([*args, "--output-root", str(tmp_path / "runs")], capsys)
+    run = tmp_path / "runs" / "cli"
+    assert code == 130
+    assert err == f"interrupted; the last checkpoint (round 2) is in {run}"  # the whole stderr
+    code, err = run_cli([*args, "--output-root", str(tmp_path / "runs"), "--resume"], capsys)
+    assert code == 0, err
+    assert _metrics(run) == _metrics(tmp_path / "whole" / "cli")
+
+
+def test_ctrl_c_without_a_checkpoint_is_one_word(tmp_path, capsys, monkeypatch):
+    import edgetrain.commands.chain as chain
+    from edgetrain.runs import note_checkpoint
+
+    note_checkpoint(tmp_path, "round 9")  # left by an earlier command in this process
+
+    def ctrl_c(*a, **k):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(chain, "run_chain", ctrl_c)
+    code, err = run_cli([*CHAIN, "--runs-root", str(tmp_path / "runs")], capsys)
+    assert (code, err) == (130, "interrupted")
+
+
+def test_a_real_sigint_is_one_line_and_status_130(tmp_path):
+    """SIGINT to the command line in a child process, as a terminal's Ctrl-C sends it."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    cfg = _fed_cfg(tmp_path / "c.yaml", 100000)
+    root = tmp_path / "runs"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "edgetrain.cli", "federate", str(cfg), "--selector", "random"]
+        + ["--output-root", str(root), "--json"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )
+    metrics = root / "cli" / "metrics.jsonl"
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and proc.poll() is None:
+        if metrics.exists() and len(metrics.read_text().splitlines()) >= 2:
+            break
+        time.sleep(0.1)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err
+    assert "Traceback" not in err
+    line = err.strip().splitlines()[-1]
+    assert line.startswith("interrupted; the last checkpoint (round ") and line.endswith(
+        f") is in {root / 'cli'}"
+    ), err
+    done = int(line.split("(round ")[1].split(")")[0])
+    assert done >= 1 and out == ""
