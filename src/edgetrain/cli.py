@@ -9,15 +9,30 @@ newest checkpoint, if the run wrote one) and exit status 130.
 from __future__ import annotations
 
 import importlib
+import os
+import signal
 import sys
 
-import typer
-from rich.console import Console
-from rich.markup import escape
 
-from edgetrain import __version__
-from edgetrain.errors import EdgetrainError
-from edgetrain.runs import forget_checkpoint, last_checkpoint
+def _interrupted_while_loading(signum, frame) -> None:  # pragma: no cover (exits)
+    # Ctrl-C while torch and the commands load (a few seconds): nothing is written yet
+    sys.stderr.write("interrupted\n")
+    sys.stderr.flush()
+    os._exit(130)
+
+
+try:
+    _SIGINT = signal.signal(signal.SIGINT, _interrupted_while_loading)
+except ValueError:  # imported outside the main thread: the handler is left alone
+    _SIGINT = _interrupted_while_loading
+
+import typer  # noqa: E402
+from rich.console import Console  # noqa: E402
+from rich.markup import escape  # noqa: E402
+
+from edgetrain import __version__  # noqa: E402
+from edgetrain.errors import EdgetrainError  # noqa: E402
+from edgetrain.runs import forget_checkpoint, last_checkpoint  # noqa: E402
 
 # One line per subcommand module; each module defines ``register(app: typer.Typer)``.
 COMMAND_MODULES = [
@@ -59,6 +74,8 @@ def _root(
 
 for _name in COMMAND_MODULES:
     importlib.import_module(_name).register(app)
+if _SIGINT is not _interrupted_while_loading:  # loaded: Ctrl-C is handled in main()
+    signal.signal(signal.SIGINT, signal.SIG_DFL if _SIGINT is None else _SIGINT)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -207,3 +207,26 @@ def test_a_real_sigint_is_one_line_and_status_130(tmp_path):
     ), err
     done = int(line.split("(round ")[1].split(")")[0])
     assert done >= 1 and out == ""
+
+
+def test_ctrl_c_while_the_command_loads_is_one_word_too(tmp_path):
+    """SIGINT while torch and the command modules are imported (the first seconds of every
+    command): before, a KeyboardInterrupt traceback from inside the import."""
+    import subprocess
+    import sys
+
+    child = (
+        "import builtins, os, signal\n"
+        "real = builtins.__import__\n"
+        "def imp(name, *a, **k):\n"
+        "    if name == 'torch':\n"
+        "        os.kill(os.getpid(), signal.SIGINT)\n"
+        "    return real(name, *a, **k)\n"
+        "builtins.__import__ = imp\n"
+        "from edgetrain.cli import main\n"
+        "main(['--version'])\n"
+    )
+    res = subprocess.run(
+        [sys.executable, "-c", child], capture_output=True, text=True, timeout=120, cwd=tmp_path
+    )
+    assert (res.returncode, res.stderr, res.stdout) == (130, "interrupted\n", "")
