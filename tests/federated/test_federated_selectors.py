@@ -169,3 +169,16 @@ def test_stragglers_get_the_rounds_mean_utility():
     assert oort.arms[2]["reward"] == 30.0 and oort.arms[2]["count"] == 1
     assert oort.arms[2]["duration"] == 3.0 and 2 not in oort.unexplored
     assert oort.arms[3]["count"] == 0 and oort.arms[3]["duration"] == 1e12
+
+
+def test_oort_exploits_a_whole_small_cohort_once_exploration_decays():
+    """k x exploration < 1 (3 per round, exploration at FedScale's floor 0.3): exploitation
+    takes the whole cohort and the unexplored clients wait (it divided by zero)."""
+    sel = OortSelector(seed=0)
+    ck = _checkin(6)
+    sel._register(ck)
+    sel.update(1, [Feedback(c, True, 10.0, 1.0 + c, 10) for c in range(4)])
+    sel.exploration = sel.exploration_min
+    picked = sel.select(50, ck, 3)
+    assert len(set(picked)) == 3 and set(picked) <= {0, 1, 2, 3}
+    assert sel.explore_clients == [] and sel.unexplored == {4, 5}

@@ -184,7 +184,10 @@ class OortSelector(Selector):
         self.exploit_clients = picked_exploit
         unexplored = sorted(self.unexplored)
         picked_explore: list[int] = []
-        if unexplored:
+        # FedScale explores min(unexplored, k - exploited) clients; none when exploitation
+        # fills the cohort (k x exploration < 1 once exploration decays: with 3 clients per
+        # round and the floor 0.3, from round ~50 on), which left an empty pool here
+        if unexplored and k - len(picked_exploit) > 0:
             init = {}
             for c in unexplored:
                 r = self.arms[c]["reward"]
