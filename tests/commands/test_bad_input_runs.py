@@ -230,3 +230,15 @@ def test_ctrl_c_while_the_command_loads_is_one_word_too(tmp_path):
         [sys.executable, "-c", child], capture_output=True, text=True, timeout=120, cwd=tmp_path
     )
     assert (res.returncode, res.stderr, res.stdout) == (130, "interrupted\n", "")
+
+
+def test_finetune_name_of_an_existing_run_is_refused_as_pretrain_does(tmp_path, capsys):
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "result.json").write_text("{}")
+    args = ["finetune", "--from", str(tmp_path / "no-such-source"), "--data", "digits",
+            "--output", str(tmp_path), "--name", "mine"]  # fmt: skip
+    code, err = run_cli(args, capsys)
+    assert code == 2 and "Traceback" not in err
+    assert f"run directory {tmp_path / 'mine'} already exists and is not empty" in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["mine"]  # before: mine-2
+    assert (tmp_path / "mine" / "result.json").read_text() == "{}"

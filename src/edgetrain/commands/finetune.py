@@ -65,7 +65,9 @@ def register(app: typer.Typer) -> None:
         ),
         seed: int = typer.Option(0, "--seed", min=0),
         output: Path = typer.Option(Path("runs"), "--output", help="Root of run directories."),
-        name: str = typer.Option(None, "--name", help="Run directory name."),
+        name: str = typer.Option(
+            None, "--name", help="Run directory name (refused if that run exists)."
+        ),
         resume: Path = typer.Option(
             None, "--resume", help="Continue this interrupted fine-tune run directory."
         ),
@@ -90,6 +92,12 @@ def register(app: typer.Typer) -> None:
                 raise ConfigError(
                     "finetune needs --from RUN_DIR_OR_FILE and --data NAME (or --resume)"
                 )
+            if name is not None:
+                from edgetrain.runs import RunDir
+
+                # a named run that exists is refused, as `chain --name` and `pretrain --name`
+                # do (without --name the default name gets -2, -3...); before any loading
+                RunDir.create(name, output, defer=True)
             config = FinetuneConfig(
                 source=str(Path(source).resolve()),
                 strategy=strategy,
