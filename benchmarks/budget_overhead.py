@@ -59,10 +59,8 @@ for the backward (``saved_for_backward``) and what its backward runs (``backward
 decisions of one kind (recompute, compress, regen, mask; the rest kept), timed in the same
 rounds, so each kind's measured step overhead (``overhead_s``) stands beside its
 predicted one (``predicted_by_kind``).
-``--autotune`` adds ``hybrid-tuned``: hybrid's candidate plans
-(:func:`~edgetrain.engine.budget.autotune.tune_candidates`: the greedy walks' plans and
-the plans chosen under 0.9 and 0.8 of the budget) timed before each budget's
-measurement, the fastest measured with the others (``tune_s``: tuning time).
+``--autotune`` adds ``hybrid-tuned``: hybrid's candidate plans timed before each
+budget's measurement, the fastest measured with the others (``tune_s``: tuning time).
 ``--refined-entry`` adds ``hybrid-refined`` (``plan(..., refine=True)``: the local search
 of :mod:`edgetrain.engine.budget.refine` on) and ``hybrid-greedy`` (``refine=False``: the
 greedy walks alone), each only when its plan differs from hybrid's own, timed in the
@@ -106,7 +104,7 @@ from edgetrain.engine.budget.accountant import (  # noqa: F401  (alloc_peak_byte
     peak_rss_bytes,
 )
 from edgetrain.engine.budget.accountant import step_alloc_peak as _step_alloc_peak
-from edgetrain.engine.budget.autotune import autotune, tune_candidates
+from edgetrain.engine.budget.autotune import autotune
 from edgetrain.engine.budget.runner import (
     codecs_for,
     max_grad_diff,
@@ -632,7 +630,7 @@ def bench_model(name, batch, budgets, repeats, mincut, log, rounds=1, rounds_at=
         tuned = None
         if tune:
             with contextlib.suppress(BudgetError):
-                cands = tune_candidates(prof, budget, "hybrid", scope=scope)
+                cands = plan_candidates(prof, budget, "hybrid", scope=scope)
                 entries["hybrid-tuned"], tuned = autotune(
                     model, inputs, loss_fn, cands, repeats=repeats
                 )
@@ -1189,8 +1187,7 @@ def main(argv=None) -> int:
     ap.add_argument(
         "--autotune",
         action="store_true",
-        help="add hybrid-tuned: hybrid's candidate plans (and the plans chosen under 0.9 "
-        "and 0.8 of the budget) timed, the fastest measured "
+        help="add hybrid-tuned: hybrid's candidate plans timed, the fastest measured "
         "(tuning steps not counted; tuning wall time reported as tune_s)",
     )
     ap.add_argument(

@@ -82,8 +82,7 @@ def register(app: typer.Typer) -> None:
         autotune: bool = typer.Option(
             False,
             "--autotune",
-            help="Time every feasible candidate plan (and the plans chosen under 0.9 and 0.8 "
-            "of the budget) and keep the fastest (not the predicted).",
+            help="Time every feasible candidate plan and keep the fastest (not the predicted).",
         ),
     ) -> None:
         """Train one step of a zoo model under a memory budget; measured peak, time and error."""

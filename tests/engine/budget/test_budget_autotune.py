@@ -174,31 +174,3 @@ def test_cli_autotune_json(capsys):
     assert tune["candidates"][tune["chosen"]]["predicted_overhead_s"] == pytest.approx(
         row["predicted_overhead_s"]
     )
-
-
-def test_tune_candidates_add_the_plans_of_lower_budgets(setup):
-    from edgetrain.engine.budget.autotune import tune_candidates
-
-    _, _, _, prof = setup
-    unplanned = int(simulate(prof, {}).max())
-    budget = max(int(0.8 * unplanned), minimum_budget(prof, "hybrid"))
-    base = plan_candidates(prof, budget, "hybrid")
-    cands = tune_candidates(prof, budget, "hybrid", deeper=(0.9, 0.6))
-    # the greedy walks' plans first, unchanged, then the deeper plans
-    assert [_key(c) for c in cands[: len(base)]] == [_key(c) for c in base]
-    decided = [sorted((u.name, u.decision) for u in c.units if u.decision != "keep") for c in cands]
-    assert len({tuple(d) for d in decided}) == len(cands)  # no decision set twice
-    for f in (0.9, 0.6):
-        if int(f * budget) >= minimum_budget(prof, "hybrid"):
-            lower = plan(prof, int(f * budget), "hybrid")
-            assert any(_key(c) == _key(lower) for c in cands)
-    for c in cands:  # every one fits the asked budget
-        assert c.predicted_peak_bytes <= budget
-    assert len(cands) > len(base)  # this profile has a distinct deeper plan
-    # a deeper budget below what any plan reaches is skipped, not an error
-    lo = minimum_budget(prof, "hybrid")
-    assert [_key(c) for c in tune_candidates(prof, lo, "hybrid")] == [
-        _key(c) for c in plan_candidates(prof, lo, "hybrid")
-    ]
-    with pytest.raises(ConfigError, match="deeper fraction"):
-        tune_candidates(prof, budget, "hybrid", deeper=(1.2,))

@@ -15,7 +15,7 @@ from edgetrain.engine.budget.accountant import (
     step_alloc_peak,
 )
 from edgetrain.engine.budget.alloc import AllocTimeline
-from edgetrain.engine.budget.autotune import autotune, tune_candidates
+from edgetrain.engine.budget.autotune import autotune
 from edgetrain.engine.budget.executor import PlanExecutor
 from edgetrain.engine.budget.plan import PLAN_VERSION, ExecutionPlan, UnitDecision
 from edgetrain.engine.budget.planner import (
@@ -81,5 +81,4 @@ __all__ = [
     "simulate_all",
     "step_alloc_peak",
     "step_order",
-    "tune_candidates",
 ]

@@ -23,52 +23,10 @@ import torch
 from torch import nn
 
 from edgetrain.engine.budget.plan import ExecutionPlan
-from edgetrain.engine.budget.planner import plan, plan_candidates
-from edgetrain.engine.budget.profile import ModelProfile
 from edgetrain.engine.budget.runner import (
     measure_steps,
 )
-from edgetrain.errors import BudgetError, ConfigError
-
-#: fractions of the budget whose chosen plans :func:`tune_candidates` adds: plans that
-#: hold less than the budget asks.  A plan that frees more memory can run faster than
-#: one that frees just enough, because the rest of the step then touches fewer fresh
-#: pages -- the effect no per-decision cost sees (docs/results/budget.md, round 14:
-#: MobileNetV2 b32 under an all-allocation budget of 0.9, the 8-regeneration plan
-#: chosen there measured +22 / +27 ms over the unplanned step, the 0.75 plan of 19
-#: regenerations and 6 masks +19 ms in another process).
-DEEPER = (0.9, 0.8)
-
-
-def tune_candidates(
-    profile: ModelProfile,
-    budget_bytes: int,
-    method: str = "hybrid",
-    *,
-    scope: str = "saved",
-    deeper: Sequence[float] = DEEPER,
-) -> list[ExecutionPlan]:
-    """The plans :func:`autotune` times: :func:`plan_candidates` under ``budget_bytes``,
-    then the plan :func:`plan` chooses under each ``deeper`` fraction of it (each fits
-    ``budget_bytes`` a fortiori; skipped where infeasible), without repeating a set of
-    decisions already listed."""
-    cands = plan_candidates(profile, budget_bytes, method, scope=scope)
-    seen = {_decided(c) for c in cands}
-    for f in deeper:
-        if not 0.0 < f < 1.0:
-            raise ConfigError(f"deeper fraction {f}; expected a fraction in (0, 1)")
-        try:
-            p = plan(profile, int(budget_bytes * f), method, scope=scope)
-        except BudgetError:
-            continue
-        if _decided(p) not in seen:
-            seen.add(_decided(p))
-            cands.append(p)
-    return cands
-
-
-def _decided(p: ExecutionPlan) -> tuple:
-    return tuple(sorted((u.name, u.decision) for u in p.units if u.decision != "keep"))
+from edgetrain.errors import ConfigError
 
 
 def autotune(

@@ -212,9 +212,7 @@ def run_budget(
     """Profile (unless given), plan and measure ``method`` under ``budget``.
 
     ``autotune``: pick the plan by measuring every feasible candidate
-    (:func:`~edgetrain.engine.budget.autotune.tune_candidates`: the greedy walks' plans
-    and the plans chosen under 0.9 and 0.8 of the budget;
-    :func:`~edgetrain.engine.budget.autotune.autotune`, ``tune_repeats`` rounds) instead
+    (:func:`~edgetrain.engine.budget.autotune.autotune`, ``tune_repeats`` rounds) instead
     of by predicted overhead; the tuning steps are not among the timed steps and
     ``extra["autotune"]`` holds what the tuning measured.
 
@@ -240,9 +238,9 @@ def run_budget(
     extra: dict[str, Any] = {}
     if autotune:
         from edgetrain.engine.budget.autotune import autotune as tune
-        from edgetrain.engine.budget.autotune import tune_candidates
+        from edgetrain.engine.budget.planner import plan_candidates
 
-        cands = tune_candidates(profile, budget_bytes, method, scope=scope)
+        cands = plan_candidates(profile, budget_bytes, method, scope=scope)
         p, info = tune(model, inputs, loss_fn, cands, repeats=tune_repeats, seed=seed)
         info["candidates"] = [
             {"predicted_overhead_s": c.predicted_overhead_s, "decisions": c.decision_counts()}
