@@ -7,16 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from edgetrain.cli import main
-
-
-def run_cli(args: list[str], capsys) -> tuple[int, str]:
-    try:
-        main(args)
-        code = 0
-    except SystemExit as exc:
-        code = exc.code or 0
-    return code, " ".join(capsys.readouterr().err.split())
+from cli_runner import run_cli_flat as run_cli
 
 
 @pytest.fixture

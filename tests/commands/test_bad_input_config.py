@@ -5,16 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from edgetrain.cli import main
-
-
-def run_cli(args: list[str], capsys) -> tuple[int, str]:
-    try:
-        main(args)
-        code = 0
-    except SystemExit as exc:
-        code = exc.code or 0
-    return code, capsys.readouterr().err
+from cli_runner import run_cli
 
 
 @pytest.mark.parametrize(

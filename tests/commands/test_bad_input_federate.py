@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from cli_runner import run_cli
 from edgetrain.cli import main
 from edgetrain.runs import load_state, read_metadata, save_state
 from fed_small import SMALL_FLEET
@@ -22,16 +23,6 @@ CFG = json.loads(json.dumps(SMALL_FLEET))
 CFG.update(name="cli", seed=2, data={"max_samples": 400}, fleet={"clients": 8})
 CFG["federated"].update(rounds=2, clients_per_round=3, local_steps=1)
 CFG["memory"]["bucket"] = 0.2
-
-
-def run_cli(args: list[str], capsys) -> tuple[int, str]:
-    """Exit status and stderr of ``edgetrain ARGS`` (0 when the command returns)."""
-    try:
-        main(args)
-        code = 0
-    except SystemExit as exc:
-        code = exc.code or 0
-    return code, capsys.readouterr().err
 
 
 def snapshot(root: Path) -> dict[str, bytes]:

@@ -11,17 +11,7 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from edgetrain.cli import main
-
-
-def run_cli(args: list[str], capsys) -> tuple[int, str]:
-    try:
-        main(args)
-        code = 0
-    except SystemExit as exc:
-        code = exc.code or 0
-    return code, " ".join(capsys.readouterr().err.split())
-
+from cli_runner import run_cli_flat as run_cli
 
 CHAIN = ["chain", "--devices", "2", "--epochs", "1", "--json"]
 
