@@ -38,16 +38,21 @@ def write_cfg(path: Path, **changes) -> Path:
     return path
 
 
-@pytest.fixture(scope="module")
-def finished(tmp_path_factory) -> tuple[Path, Path]:
-    """A 2-round oort run (config file, output root) made once for the module."""
-    base = tmp_path_factory.mktemp("fed")
+def _finished_run(base: Path, *extra: str) -> tuple[Path, Path]:
+    """A finished 2-round run of the module's config under ``base``: (config file, output root)."""
     cfg = write_cfg(base / "c.yaml")
     root = base / "runs"
     try:
-        main(["federate", str(cfg), "--output-root", str(root), "--selector", "oort", "--json"])
+        main(["federate", str(cfg), "--output-root", str(root), *extra, "--json"])
     except SystemExit as exc:
         assert exc.code in (0, None)
+    return cfg, root
+
+
+@pytest.fixture(scope="module")
+def finished(tmp_path_factory) -> tuple[Path, Path]:
+    """A 2-round oort run (config file, output root) made once for the module."""
+    cfg, root = _finished_run(tmp_path_factory.mktemp("fed"), "--selector", "oort")
     assert [
         json.loads(x)["round"] for x in (root / "cli" / "metrics.jsonl").read_text().splitlines()
     ] == [1, 2]
@@ -227,13 +232,7 @@ def test_an_output_root_that_is_a_file_is_one_error(tmp_path, capsys):
 @pytest.fixture(scope="module")
 def finished_hybrid(tmp_path_factory) -> tuple[Path, Path]:
     """A 2-round FedHybrid run (its plans.json is loaded again on resume)."""
-    base = tmp_path_factory.mktemp("fedh")
-    cfg = write_cfg(base / "c.yaml")
-    root = base / "runs"
-    try:
-        main(["federate", str(cfg), "--output-root", str(root), "--json"])
-    except SystemExit as exc:
-        assert exc.code in (0, None)
+    cfg, root = _finished_run(tmp_path_factory.mktemp("fedh"))
     assert json.loads((root / "cli" / "plans.json").read_text())
     return cfg, root
 
