@@ -179,16 +179,28 @@ def test_a_real_sigint_is_one_line_and_status_130(tmp_path):
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
-        env={**os.environ, "OMP_NUM_THREADS": "1"},
+        # a child that hangs is stopped with SIGABRT below: faulthandler then prints
+        # every thread's stack into ``err``, so a failure says where it hung
+        env={**os.environ, "OMP_NUM_THREADS": "1", "PYTHONFAULTHANDLER": "1"},
     )
     metrics = root / "cli" / "metrics.jsonl"
     deadline = time.monotonic() + 120
+    started = False
     while time.monotonic() < deadline and proc.poll() is None:
         if metrics.exists() and len(metrics.read_text().splitlines()) >= 2:
+            started = True
             break
         time.sleep(0.1)
     proc.send_signal(signal.SIGINT)
-    out, err = proc.communicate(timeout=120)
+    try:
+        out, err = proc.communicate(timeout=120)
+    except subprocess.TimeoutExpired:
+        proc.send_signal(signal.SIGABRT)
+        out, err = proc.communicate()
+        raise AssertionError(
+            f"no exit 120 s after SIGINT (2 rounds written before it: {started}); "
+            f"the child's stacks:\n{err}"
+        ) from None
     assert proc.returncode == 130, err
     assert "Traceback" not in err
     line = err.strip().splitlines()[-1]
