@@ -25,7 +25,15 @@ Each planned unit's ``forward`` is wrapped (an instance attribute, removed on ex
   a placeholder holding the leaf's *input* (which the leaf saves anyway) and the
   view geometry; in backward the leaf re-runs on that input (no grad, buffers
   restored) and the consumer gets the identical view.  One regeneration is shared
-  by all consumers while any of them still holds it.  A chained regen (``chain =
+  by all consumers while any of them still holds it.  A Hardtanh / ReLU6 leaf
+  regenerates *in place*, clamping its held input (no new tensor, one pass over warm
+  memory instead of a read plus a write to fresh pages), when nothing but the leaf
+  itself saved or holds that input's storage (every pack and every held input of the
+  step is counted per storage): its own backward reads the input only through
+  ``lo < x < hi``, which clamping into ``[lo, hi]`` keeps, so its gradient is
+  bit-identical (autograd checks no saved version under saved-tensor hooks).  A
+  tensor that user code kept from forward and that is such an input is clamped in
+  backward.  A chained regen (``chain =
   [head, ..., tail]``, e.g. BatchNorm -> ReLU6) re-runs every leaf of the chain
   from the head's input (the head saves it anyway), so the tail's input need not
   be held either.
@@ -62,7 +70,7 @@ from edgetrain.engine.budget.mask import (
 )
 from edgetrain.engine.budget.plan import ExecutionPlan, UnitDecision
 from edgetrain.engine.budget.profile import MASKABLE, MIN_COMPRESS_NUMEL, mask_range
-from edgetrain.engine.budget.regen import regenerate
+from edgetrain.engine.budget.regen import inplace_regen, regenerate
 from edgetrain.engine.budget.swap import IoContentionModel, swap_in, swap_out
 from edgetrain.errors import ConfigError
 
@@ -96,7 +104,8 @@ class _RegenSource:
     """A regenerable leaf output: the leaves' forwards (head first), the head's input,
     the output's version."""
 
-    __slots__ = ("mods", "fns", "arg", "version", "cache", "__weakref__")
+    __slots__ = ("mods", "fns", "arg", "version", "cache", "inplace", "arg_key", "uses",
+                 "__weakref__")  # fmt: skip
 
     def __init__(
         self,
@@ -107,6 +116,12 @@ class _RegenSource:
     ) -> None:
         self.mods, self.fns, self.arg, self.version = mods, fns, arg, version
         self.cache: weakref.ref | None = None
+        #: the leaf's forward in place, when allowed (:func:`.regen.inplace_regen`)
+        self.inplace: Callable | None = None
+        #: the input's storage and the uses of it counted when this source was made
+        #: (the leaf's own save and this source); more uses by backward: not in place
+        self.arg_key = 0
+        self.uses = -1
 
 
 class _Masked:
@@ -130,6 +145,17 @@ class _RegenRef:
             t.stride(),
             t.storage_offset(),
         )
+
+
+def _same_layout(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """``a`` can stand for ``b``'s storage: the views of ``b`` are views of ``a`` too."""
+    return (
+        a.size() == b.size()
+        and a.stride() == b.stride()
+        and a.storage_offset() == b.storage_offset() == 0
+        and a.dtype == b.dtype
+        and a.untyped_storage().nbytes() == b.untyped_storage().nbytes()
+    )
 
 
 def _detach_like(a: Any) -> Any:
@@ -178,6 +204,10 @@ class PlanExecutor:
         self._regen: dict[int, tuple[weakref.ref, _RegenSource]] = {}
         # chain head module id -> (weakref to its last input, storage of its output, version)
         self._heads: dict[int, tuple[weakref.ref, int, int]] = {}
+        #: storage pointer -> saves / held inputs of it this step, counted only when a
+        #: leaf may regenerate in place (:class:`_RegenSource`)
+        self._uses: dict[int, int] = {}
+        self._count_uses = False
 
     # -- installation ---------------------------------------------------------
     def __enter__(self) -> PlanExecutor:
@@ -232,7 +262,9 @@ class PlanExecutor:
                         self._install(h, self._wrap_head(h))
                     self._install(mod, self._wrap_regen(mod, [names[n] for n in u.chain]))
                 else:
-                    self._install(mod, self._wrap_regen(mod))
+                    fn = None if in_recomputed(u.name) else inplace_regen(mod)
+                    self._count_uses = self._count_uses or fn is not None
+                    self._install(mod, self._wrap_regen(mod, inplace=fn))
                 self._has_regen = self._has_regen or u.decision == "regen"
                 continue
             if u.decision == "swap" and self._swap_dir is None:
@@ -252,6 +284,7 @@ class PlanExecutor:
         self._encoded.clear()
         self._regen.clear()
         self._heads.clear()
+        self._uses.clear()
         for mod in self._installed:
             del mod.forward
         self._installed.clear()
@@ -308,6 +341,7 @@ class PlanExecutor:
             xkey = storage_key(x)[0]
 
             def pack(t: torch.Tensor) -> object:
+                self._use(t)
                 is_input = storage_key(t)[0] == xkey and t.shape == x.shape
                 if (
                     is_input != saves_input
@@ -332,7 +366,12 @@ class PlanExecutor:
 
         return run
 
-    def _wrap_regen(self, mod: nn.Module, chain: list[nn.Module] | None = None) -> Callable:
+    def _wrap_regen(
+        self,
+        mod: nn.Module,
+        chain: list[nn.Module] | None = None,
+        inplace: Callable | None = None,
+    ) -> Callable:
         orig = type(mod).forward.__get__(mod)
         inner = vars(mod).get("forward", orig)  # a unit wrapper already installed
         chain = chain or [mod]
@@ -340,6 +379,8 @@ class PlanExecutor:
         head = chain[0]
 
         def run(x, *a, **k):
+            count = inplace is not None and isinstance(x, torch.Tensor)
+            before = self._uses.get(storage_key(x)[0], 0) if count else -1
             out = inner(x, *a, **k)
             if (
                 not a
@@ -360,6 +401,11 @@ class PlanExecutor:
                     ):
                         return out
                 src = _RegenSource(tuple(chain), fns, arg, out._version)
+                akey = storage_key(arg)[0]
+                if self._count_uses:  # this source holds the input too
+                    self._uses[akey] = self._uses.get(akey, 0) + 1
+                if before == 0 and _same_layout(arg, out):  # nothing saved it before
+                    src.inplace, src.arg_key, src.uses = inplace, akey, self._uses[akey]
                 key = storage_key(out)[0]
                 self._regen[key] = (weakref.ref(out), src)
                 weakref.finalize(out, self._forget_regen, key, src)
@@ -387,14 +433,24 @@ class PlanExecutor:
         src = ref.src
         base = src.cache() if src.cache is not None else None
         if base is None:
-            base = regenerate(src.mods, src.fns, src.arg)
+            if src.inplace is not None and self._uses.get(src.arg_key) == src.uses:
+                base = src.inplace(src.arg)  # the leaf's own saved input, clamped
+            else:
+                base = regenerate(src.mods, src.fns, src.arg)
             src.cache = weakref.ref(base)
             self.acc.hold_tensor(base, base)
         out = base.as_strided(ref.size, ref.stride, ref.offset)
         self.acc.hold_tensor(out, out)
         return out
 
+    def _use(self, t: torch.Tensor) -> None:
+        """Count a save (or held input) of ``t``'s storage (see :class:`_RegenSource`)."""
+        if self._count_uses:
+            k = storage_key(t)[0]
+            self._uses[k] = self._uses.get(k, 0) + 1
+
     def _pack_default(self, t: torch.Tensor) -> object:
+        self._use(t)
         ref = self._pack_regen(t)
         return ref if ref is not None else self.acc.pack_keep(t)
 
@@ -405,6 +461,7 @@ class PlanExecutor:
 
     def _pack_fast(self, t: torch.Tensor) -> object:
         """Unaccounted keep path: the tensor itself unless it is a regenerable output."""
+        self._use(t)
         if self._regen:
             ref = self._pack_regen(t)
             if ref is not None:
@@ -432,6 +489,7 @@ class PlanExecutor:
         return h
 
     def _pack_compress(self, t: torch.Tensor, codec: Codec) -> object:
+        self._use(t)
         ref = self._pack_regen(t)
         if ref is not None:
             return ref
@@ -445,6 +503,7 @@ class PlanExecutor:
         return h
 
     def _pack_swap(self, t: torch.Tensor) -> object:
+        self._use(t)
         ref = self._pack_regen(t)
         if ref is not None:
             return ref
@@ -475,6 +534,7 @@ class PlanExecutor:
         for a in list(args) + list(kwargs.values()):
             if isinstance(a, torch.Tensor):
                 self.acc.hold_tensor(a, state)
+                self._use(a)  # re-run from in backward: never clamped in place
 
         def pack(t: torch.Tensor) -> _Placeholder:
             ph = _Placeholder(state, len(state.placeholders))
@@ -532,6 +592,7 @@ class PlanExecutor:
         loss_fn: Callable[[Any], torch.Tensor],
     ) -> torch.Tensor:
         """Forward + loss + backward (gradients accumulate in ``.grad``); returns the loss."""
+        self._uses.clear()
         with ExitStack() as stack:
             if self.account:
                 stack.enter_context(self.acc.track())

@@ -75,6 +75,7 @@ from edgetrain.engine.budget.alloc import AllocTimeline, build_timeline
 from edgetrain.engine.budget.regen import (
     cached_cost,
     cached_measure,
+    inplace_regen,
     median_cpu_s,
     regen_cost_s,
     signature,
@@ -1110,12 +1111,18 @@ def _regen_candidates(
     def saves_own(name: str, key: int) -> bool:
         return any(r.stack and r.stack[-1] == name for r in by_key.get(key, []))
 
-    def fwd_of(*names: str) -> float:
+    def fwd_of(*names: str, inplace: bool = False) -> float:
         """Measured time of the executor's regeneration through ``names`` (head first)."""
-        if names not in times:
+        if (names, inplace) not in times:
             mods = [model.get_submodule(n) for n in names]
-            times[names] = regen_cost_s(mods, captured[names[0]][0][0], repeats)
-        return times[names]
+            times[names, inplace] = regen_cost_s(
+                mods, captured[names[0]][0][0], repeats, inplace=inplace
+            )
+        return times[names, inplace]
+
+    def only_own(name: str, key: int) -> bool:
+        """The leaf is the only saver of ``key`` (the executor regenerates it in place)."""
+        return all(r.stack and r.stack[-1] == name for r in by_key.get(key, []))
 
     producer = {o[2][0]: o for o in leaf_out}  # output storage -> the leaf that made it
     for name, step, (okey, obytes), (ikey, ibytes) in leaf_out:
@@ -1127,9 +1134,13 @@ def _regen_candidates(
         if any(not r.tensor.is_floating_point() for r in savers):
             continue
         if saves_own(name, ikey):
+            inplace = only_own(name, ikey) and inplace_regen(model.get_submodule(name)) is not None
             out.append(
-                RegenProfile(name, step, fwd_of(name), okey, obytes, ikey, ibytes, len(savers))
-            )
+                RegenProfile(
+                    name, step, fwd_of(name, inplace=inplace), okey, obytes, ikey, ibytes,
+                    len(savers),
+                )
+            )  # fmt: skip
         # chain (head -> this leaf): regenerate from the head's saved input, so this
         # leaf's input need not be held (e.g. BatchNorm -> ReLU6 with a masked ReLU6)
         head = producer.get(ikey)
