@@ -76,13 +76,17 @@ def _regen_plan(*names):
 
 @pytest.fixture
 def spy(monkeypatch):
-    """Counts the executor's out-of-place regenerations."""
+    """Counts the executor's regenerations through the leaves' forwards (a new tensor,
+    neither in place nor from BatchNorm's statistics)."""
+    from edgetrain.engine.budget.regen import affine_chain
+
     calls = []
     real = executor_mod.regenerate
 
-    def counting(mods, fns, arg):
-        calls.append(tuple(type(m).__name__ for m in mods))
-        return real(mods, fns, arg)
+    def counting(mods, fns, arg, stats=None):
+        if stats is None or not affine_chain(mods, arg):
+            calls.append(tuple(type(m).__name__ for m in mods))
+        return real(mods, fns, arg, stats)
 
     monkeypatch.setattr(executor_mod, "regenerate", counting)
     return calls
@@ -207,3 +211,140 @@ def test_clamping_the_input_keeps_the_hardtanh_gradient_bit_exact(values):
     clamped = inplace_regen(nn.Hardtanh(lo, hi))(x.clone())
     assert torch.equal(clamped, nn.functional.hardtanh(x, lo, hi))
     assert torch.equal(torch.ops.aten.hardtanh_backward(g, clamped, lo, hi), before)
+
+
+# -- BatchNorm heads: regenerated from forward's batch statistics ---------------------
+
+
+@pytest.fixture
+def affine_calls(monkeypatch):
+    from edgetrain.engine.budget import regen
+
+    calls = []
+    real = regen._affine
+
+    def counting(bn, x, mean, invstd):
+        calls.append(type(bn).__name__)
+        return real(bn, x, mean, invstd)
+
+    monkeypatch.setattr(regen, "_affine", counting)
+    return calls
+
+
+@pytest.mark.parametrize("account", [True, False])
+@pytest.mark.parametrize("channels_last", [False, True])
+def test_a_batchnorm_chain_regenerates_from_forwards_statistics_bit_exact(
+    affine_calls, account, channels_last
+):
+    """BatchNorm -> ReLU6 regenerated as one fused multiply-add from the mean and inverse
+    std forward computed (no second statistics pass), then the clamp in place."""
+    torch.manual_seed(0)
+    model = _Cnn()
+    x, y = _data()
+    if channels_last:
+        model = model.to(memory_format=torch.channels_last)
+        x = x.contiguous(memory_format=torch.channels_last)
+    with torch.no_grad():  # weights and biases away from BatchNorm's 1 / 0
+        for bn in (model.b1, model.b2):
+            bn.weight.uniform_(0.5, 2.0)
+            bn.bias.uniform_(-1.0, 1.0)
+    from edgetrain.engine.budget import regen
+
+    assert regen._affine_exact(x)  # this build's kernel is the fused multiply-add
+    affine_calls.clear()  # (the probe's own call)
+    none = ExecutionPlan("none", 1, 1, 1, 0.0, [])
+    plan = ExecutionPlan(
+        "recompute", 1, 1, 1, 0.0,
+        [UnitDecision("a1", "regen", chain=["b1", "a1"]), UnitDecision("b2", "regen")],
+    )  # fmt: skip
+    l0, g0, s0, peak0 = _run(model, none, x, y)
+    l1, g1, s1, peak1 = _run(model, plan, x, y, account)
+    assert affine_calls == ["BatchNorm2d", "BatchNorm2d"]
+    assert torch.equal(l0, l1)
+    assert all(torch.equal(a, b) for a, b in zip(g0, g1, strict=True))
+    assert all(torch.equal(a, b) for a, b in zip(s0, s1, strict=True))  # running stats once
+
+
+def test_an_eval_mode_batchnorm_regenerates_through_its_forward(affine_calls, spy):
+    torch.manual_seed(0)
+    model = _Cnn()
+    x, y = _data()
+    model.b1.eval()  # running statistics: no batch statistics to reuse
+    none = ExecutionPlan("none", 1, 1, 1, 0.0, [])
+    plan = ExecutionPlan(
+        "recompute", 1, 1, 1, 0.0, [UnitDecision("a1", "regen", chain=["b1", "a1"])]
+    )
+    l0, g0, _, _ = _run(model, none, x, y)
+    l1, g1, _, _ = _run(model, plan, x, y)
+    assert affine_calls == [] and spy == [("BatchNorm2d", "ReLU6")]
+    assert torch.equal(l0, l1)
+    assert all(torch.equal(a, b) for a, b in zip(g0, g1, strict=True))
+
+
+def test_a_build_whose_kernel_differs_falls_back_to_the_forward(affine_calls, spy, monkeypatch):
+    """The fused multiply-add is used only where it reproduces the kernel bit for bit:
+    a probe that disagrees sends every regeneration through the leaves' forwards."""
+    from edgetrain.engine.budget import regen
+
+    monkeypatch.setattr(regen, "_EXACT", {k: False for k in regen._EXACT})
+    monkeypatch.setitem(regen._EXACT, (torch.float32, 4, False), False)
+    torch.manual_seed(0)
+    model = _Cnn()
+    x, y = _data()
+    plan = ExecutionPlan(
+        "recompute", 1, 1, 1, 0.0, [UnitDecision("a1", "regen", chain=["b1", "a1"])]
+    )
+    l0, g0, _, _ = _run(model, ExecutionPlan("none", 1, 1, 1, 0.0, []), x, y)
+    l1, g1, _, _ = _run(model, plan, x, y)
+    assert affine_calls == [] and spy == [("BatchNorm2d", "ReLU6")]
+    assert all(torch.equal(a, b) for a, b in zip(g0, g1, strict=True))
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    st.integers(1, 6),
+    st.integers(1, 40),
+    st.integers(1, 9),
+    st.booleans(),
+    st.floats(0.01, 100.0),
+)
+def test_the_fused_affine_equals_the_batchnorm_kernel(n, c, hw, affine, scale):
+    """The probe's claim over many shapes: on this build the fused multiply-add from the
+    batch statistics is BatchNorm's training output, bit for bit."""
+    from edgetrain.engine.budget import regen
+
+    gen = torch.Generator().manual_seed(n * 1000 + c * 10 + hw)
+    bn = nn.BatchNorm2d(c, affine=affine)
+    if affine:
+        with torch.no_grad():
+            bn.weight.copy_(torch.rand(c, generator=gen) * 3)
+            bn.bias.copy_(torch.randn(c, generator=gen))
+    x = (torch.randn(n + 1, c, hw, hw + 1, generator=gen) * scale).requires_grad_()
+    out = bn(x)
+    stats = regen.batchnorm_stats(bn, out)
+    assert stats is not None
+    if regen._affine_exact(x):
+        assert torch.equal(regen._affine(bn, x.detach(), *stats), out.detach())
+
+
+def test_statistics_held_encoded_are_not_read(monkeypatch):
+    """A compressed (or swapped) BatchNorm holds its statistics through the codec: they
+    are not read back from its autograd node in forward (they would be decoded, lossy,
+    or read from storage); a kept one's are."""
+    reads = []
+    real = executor_mod.batchnorm_stats
+
+    def counting(mod, out):
+        reads.append(type(mod).__name__)
+        return real(mod, out)
+
+    monkeypatch.setattr(executor_mod, "batchnorm_stats", counting)
+    torch.manual_seed(0)
+    model = _Cnn()
+    x, y = _data()
+    regen = UnitDecision("a1", "regen", chain=["b1", "a1"])
+    for unit, expected in (("keep", ["BatchNorm2d"]), ("compress", []), ("swap", [])):
+        reads.clear()
+        plan = ExecutionPlan("hybrid", 1, 1, 1, 0.0, [UnitDecision("b1", unit, codec="mix"), regen])
+        _run(model, plan, x, y)
+        assert reads == expected, unit

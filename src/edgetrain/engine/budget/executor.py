@@ -70,7 +70,7 @@ from edgetrain.engine.budget.mask import (
 )
 from edgetrain.engine.budget.plan import ExecutionPlan, UnitDecision
 from edgetrain.engine.budget.profile import MASKABLE, MIN_COMPRESS_NUMEL, mask_range
-from edgetrain.engine.budget.regen import inplace_regen, regenerate
+from edgetrain.engine.budget.regen import batchnorm_stats, inplace_regen, regenerate
 from edgetrain.engine.budget.swap import IoContentionModel, swap_in, swap_out
 from edgetrain.errors import ConfigError
 
@@ -105,7 +105,7 @@ class _RegenSource:
     the output's version."""
 
     __slots__ = ("mods", "fns", "arg", "version", "cache", "inplace", "arg_key", "uses",
-                 "__weakref__")  # fmt: skip
+                 "stats", "__weakref__")  # fmt: skip
 
     def __init__(
         self,
@@ -122,6 +122,8 @@ class _RegenSource:
         #: (the leaf's own save and this source); more uses by backward: not in place
         self.arg_key = 0
         self.uses = -1
+        #: a BatchNorm head's batch statistics from forward (:func:`.regen.regenerate`)
+        self.stats: tuple[torch.Tensor, torch.Tensor] | None = None
 
 
 class _Masked:
@@ -202,8 +204,9 @@ class PlanExecutor:
         self._encoded: dict[int, tuple[weakref.ref, weakref.ref]] = {}
         # storage pointer of a live regenerable output -> (weakref to it, its source)
         self._regen: dict[int, tuple[weakref.ref, _RegenSource]] = {}
-        # chain head module id -> (weakref to its last input, storage of its output, version)
-        self._heads: dict[int, tuple[weakref.ref, int, int]] = {}
+        # chain head module id -> (weakref to its last input, storage of its output,
+        # version, BatchNorm statistics or None)
+        self._heads: dict[int, tuple[weakref.ref, int, int, Any]] = {}
         #: storage pointer -> saves / held inputs of it this step, counted only when a
         #: leaf may regenerate in place (:class:`_RegenSource`)
         self._uses: dict[int, int] = {}
@@ -216,6 +219,15 @@ class PlanExecutor:
 
         def in_recomputed(n: str) -> bool:
             return any(r == "" or n == r or n.startswith(r + ".") for r in recomputed)
+
+        # a BatchNorm's statistics are read from its autograd node in forward: only where
+        # they are held as they are (not recomputed placeholders, encoded or on storage)
+        not_kept = [u.name for u in self.plan.units if u.decision in ("compress", "swap")]
+
+        def stats_readable(n: str) -> bool:
+            return not in_recomputed(n) and not any(
+                r == "" or n == r or n.startswith(r + ".") for r in not_kept
+            )
 
         # A lossy codec must not hold what a ReLU-family backward reads only through a
         # predicate (``lo < x < hi``, ``y > 0``): a value within the error bound of a
@@ -258,13 +270,16 @@ class PlanExecutor:
                     self._install(mod, self._wrap_mask(mod))
                 elif u.chain and len(u.chain) > 1:
                     heads = [names[n] for n in u.chain[:-1]]
+                    affine = stats_readable(u.chain[0])
                     for h in heads[:1]:
-                        self._install(h, self._wrap_head(h))
+                        self._install(h, self._wrap_head(h, affine))
                     self._install(mod, self._wrap_regen(mod, [names[n] for n in u.chain]))
                 else:
                     fn = None if in_recomputed(u.name) else inplace_regen(mod)
                     self._count_uses = self._count_uses or fn is not None
-                    self._install(mod, self._wrap_regen(mod, inplace=fn))
+                    self._install(
+                        mod, self._wrap_regen(mod, inplace=fn, affine=stats_readable(u.name))
+                    )
                 self._has_regen = self._has_regen or u.decision == "regen"
                 continue
             if u.decision == "swap" and self._swap_dir is None:
@@ -314,14 +329,16 @@ class PlanExecutor:
         return run
 
     # -- regen ------------------------------------------------------------------
-    def _wrap_head(self, mod: nn.Module) -> Callable:
-        """Remember the chain head's input and output storage (weakly) for the tail."""
+    def _wrap_head(self, mod: nn.Module, affine: bool = True) -> Callable:
+        """Remember the chain head's input and output storage (weakly) for the tail, and a
+        BatchNorm head's batch statistics (``affine``)."""
         inner = vars(mod).get("forward", type(mod).forward.__get__(mod))
 
         def run(x, *a, **k):
             out = inner(x, *a, **k)
             if isinstance(x, torch.Tensor) and isinstance(out, torch.Tensor) and not a and not k:
-                self._heads[id(mod)] = (weakref.ref(x), storage_key(out)[0], out._version)
+                stats = batchnorm_stats(mod, out) if affine else None
+                self._heads[id(mod)] = (weakref.ref(x), storage_key(out)[0], out._version, stats)
             return out
 
         return run
@@ -371,6 +388,7 @@ class PlanExecutor:
         mod: nn.Module,
         chain: list[nn.Module] | None = None,
         inplace: Callable | None = None,
+        affine: bool = False,
     ) -> Callable:
         orig = type(mod).forward.__get__(mod)
         inner = vars(mod).get("forward", orig)  # a unit wrapper already installed
@@ -390,6 +408,7 @@ class PlanExecutor:
                 and torch.is_grad_enabled()
             ):
                 arg = x
+                stats = batchnorm_stats(mod, out) if affine else None
                 if head is not mod:  # chained: regenerate from the head's input
                     seen = self._heads.get(id(head))
                     arg = seen[0]() if seen is not None else None
@@ -400,7 +419,9 @@ class PlanExecutor:
                         or len(chain) != 2  # longer chains: intermediate inputs unverified
                     ):
                         return out
+                    stats = seen[3]
                 src = _RegenSource(tuple(chain), fns, arg, out._version)
+                src.stats = stats
                 akey = storage_key(arg)[0]
                 if self._count_uses:  # this source holds the input too
                     self._uses[akey] = self._uses.get(akey, 0) + 1
@@ -436,7 +457,7 @@ class PlanExecutor:
             if src.inplace is not None and self._uses.get(src.arg_key) == src.uses:
                 base = src.inplace(src.arg)  # the leaf's own saved input, clamped
             else:
-                base = regenerate(src.mods, src.fns, src.arg)
+                base = regenerate(src.mods, src.fns, src.arg, src.stats)
             src.cache = weakref.ref(base)
             self.acc.hold_tensor(base, base)
         out = base.as_strided(ref.size, ref.stride, ref.offset)
