@@ -165,13 +165,13 @@ def inplace_regen(mod: nn.Module) -> Callable[[torch.Tensor], torch.Tensor] | No
     """
     if type(mod) not in (nn.Hardtanh, nn.ReLU6) or mod.inplace:
         return None
-    lo, hi = float(mod.min_val), float(mod.max_val)
-    if not lo < hi:
+    if not float(mod.min_val) < float(mod.max_val):
         return None
+    clamp = _clamp_(mod)
 
     def run(t: torch.Tensor) -> torch.Tensor:
         with torch.no_grad():
-            return torch.nn.functional.hardtanh_(t, lo, hi)
+            return clamp(t)
 
     return run
 
