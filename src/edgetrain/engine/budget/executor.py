@@ -149,6 +149,11 @@ class _RegenRef:
         )
 
 
+def _inside(name: str, units: Sequence[str]) -> bool:
+    """``name`` is one of ``units`` or a submodule of one (``""``: the whole model)."""
+    return any(u == "" or name == u or name.startswith(u + ".") for u in units)
+
+
 def _same_layout(a: torch.Tensor, b: torch.Tensor) -> bool:
     """``a`` can stand for ``b``'s storage: the views of ``b`` are views of ``a`` too."""
     return (
@@ -218,16 +223,14 @@ class PlanExecutor:
         recomputed = [u.name for u in self.plan.units if u.decision == "recompute"]
 
         def in_recomputed(n: str) -> bool:
-            return any(r == "" or n == r or n.startswith(r + ".") for r in recomputed)
+            return _inside(n, recomputed)
 
         # a BatchNorm's statistics are read from its autograd node in forward: only where
         # they are held as they are (not recomputed placeholders, encoded or on storage)
         not_kept = [u.name for u in self.plan.units if u.decision in ("compress", "swap")]
 
         def stats_readable(n: str) -> bool:
-            return not in_recomputed(n) and not any(
-                r == "" or n == r or n.startswith(r + ".") for r in not_kept
-            )
+            return not in_recomputed(n) and not _inside(n, not_kept)
 
         # A lossy codec must not hold what a ReLU-family backward reads only through a
         # predicate (``lo < x < hi``, ``y > 0``): a value within the error bound of a
