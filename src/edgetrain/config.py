@@ -13,9 +13,16 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    model_validator,
+)
 
-from edgetrain.errors import ConfigError
+from edgetrain.errors import ConfigError, EdgetrainError
 
 
 def _check_run_name(v: str) -> str:
@@ -54,6 +61,29 @@ class TrainSection(_Strict):
     schedule: Literal["constant", "cosine"] = "constant"
 
 
+class BudgetSection(_Strict):
+    """Train every step under a memory plan (:mod:`edgetrain.engine.budget.train`)."""
+
+    #: a fraction of the unplanned step's peak (0.5) or a size (300MB, 256MiB, bytes)
+    limit: float | str | None = None
+    method: Literal["hybrid", "recompute", "compress", "swap", "none"] = "hybrid"
+    scope: Literal["saved", "all"] = "saved"
+    #: FedHybrid's budget predictor: "linux" (this system's /proc) or a recorded trace
+    predictor: str | None = None
+    samples_per_epoch: int = Field(8, ge=1, le=10_000)
+    measure: Literal["epoch", "every"] = "epoch"
+
+    @model_validator(mode="after")
+    def _checked(self) -> BudgetSection:
+        from edgetrain.engine.budget.train import BudgetSpec
+
+        try:
+            BudgetSpec(**self.model_dump())
+        except EdgetrainError as exc:
+            raise ValueError(str(exc)) from None
+        return self
+
+
 class RunConfig(_Strict):
     """A local training run (``edgetrain run`` / ``edgetrain demo``)."""
 
@@ -63,6 +93,20 @@ class RunConfig(_Strict):
     model: ModelSection = Field(default_factory=ModelSection)
     data: DataSection = Field(default_factory=DataSection)
     train: TrainSection = Field(default_factory=TrainSection)
+    budget: BudgetSection | None = None
+
+
+def with_budget(
+    config: RunConfig, *, limit: str | None = None, method: str | None = None
+) -> RunConfig:
+    """``config`` with its ``budget`` section's limit / method replaced (the section made
+    if missing), validated as a config file's would be."""
+    section = config.budget.model_dump() if config.budget is not None else {}
+    if limit is not None:
+        section["limit"] = limit
+    if method is not None:
+        section["method"] = method
+    return parse_config({**config.model_dump(), "budget": section}, "(--budget, --budget-method)")
 
 
 DEMO_CONFIG: dict[str, Any] = {

@@ -38,3 +38,14 @@ def test_traindeeploy_costs_prints_every_strategy_beside_the_paper():
     assert 13 < ratio < 17  # TrainDeeploy: about 15x
     gap = float(re.search(r"max_flops_gap: fused ([0-9.]+)", text).group(1))
     assert gap < 0.15  # FLOPs within 15 % of Table I
+
+
+def test_budget_run_quick_trains_under_the_plan_exactly():
+    text = _run("budget_run.py", "--quick")
+    rows = {m.group(1): m for m in re.finditer(
+        r"^(none|recompute|hybrid)\s+(\S+)\s+(\S+)\s+([0-9.]+)\s+(\S+)", text, re.M)}  # fmt: skip
+    assert set(rows) == {"none", "recompute", "hybrid"}
+    for method in ("recompute", "hybrid"):
+        assert float(rows[method].group(3)) <= 1.0  # measured peak within the budget
+        assert rows[method].group(5) == "yes"  # bit-identical to the unplanned run
+        assert rows[method].group(4) == rows["none"].group(4)

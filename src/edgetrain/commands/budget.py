@@ -35,25 +35,6 @@ def zoo_task(name: str, batch: int, seed: int):
     return model, (x,), loss_fn
 
 
-def check_budget(text: str) -> None:
-    """Check ``--budget`` before the model is profiled: the forms parse_budget accepts, and a
-    plain number above 1 (a count of bytes) must be whole (``1.5`` is not 1 byte)."""
-    from edgetrain.engine.budget.runner import parse_budget
-    from edgetrain.errors import ConfigError
-
-    parse_budget(text, 1)  # raises, naming the accepted forms, on anything else
-    try:
-        value = float(text)
-    except ValueError:
-        return  # a size with a unit (300MB)
-    if value > 1.0 and not value.is_integer():
-        raise ConfigError(
-            f"--budget {text!r}: a plain number above 1 is a count of bytes and must be whole; "
-            "give a fraction in (0, 1] of the unplanned peak (e.g. 0.5) or a size such as "
-            "300MB, 256MiB or 123456 (bytes)"
-        )
-
-
 def register(app: typer.Typer) -> None:
     @app.command("budget")
     def budget_cmd(
@@ -96,7 +77,9 @@ def register(app: typer.Typer) -> None:
             raise ConfigError(f"--scope {scope!r}; expected one of {', '.join(SCOPES)}")
         if repeats < 1:
             raise ConfigError(f"--repeats {repeats}; expected >= 1")
-        check_budget(budget)
+        from edgetrain.engine.budget.runner import check_budget_form
+
+        check_budget_form(budget)
         check_output_file(plan_out, "--plan-out")
         net, inputs, loss_fn = zoo_task(model, batch, seed)
         if not json_out:

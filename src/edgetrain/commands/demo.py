@@ -36,6 +36,16 @@ def _train(config, json_out: bool, name: str | None) -> None:
         f"test accuracy on {split}: {result.test_accuracy:.4f} (chance {chance:.3f}) "
         f"after {len(result.history)} epochs, {result.wall_seconds:.1f} s"
     )
+    b = result.extra.get("budget")
+    if b is not None:
+        fits = "within" if b["within_budget"] else "OVER"
+        typer.echo(
+            f"memory budget ({b['method']}, {b['scope']} scope): measured peak "
+            f"{b['measured_peak_bytes'] / 1e6:.2f} MB {fits} the budget of "
+            f"{b['budget_bytes'] / 1e6:.2f} MB (unplanned {b['unplanned_peak_bytes'] / 1e6:.2f} "
+            f"MB); {b['plans']} plan(s), last: "
+            + ", ".join(f"{k} {v}" for k, v in b["decisions"].items() if v)
+        )
     typer.echo(f"run directory: {result.run_dir}")
 
 
@@ -59,8 +69,22 @@ def register(app: typer.Typer) -> None:
         config: Path = typer.Argument(..., help="Run config (YAML); see examples/."),
         name: str = typer.Option(None, "--name", help="Run directory name (default: config name)."),
         json_out: bool = typer.Option(False, "--json", help="Print one JSON object."),
+        budget: str = typer.Option(
+            None,
+            "--budget",
+            help="Train every step under a memory plan: a fraction of the unplanned peak "
+            "(0.5) or a size (300MB); sets budget.limit of the config.",
+        ),
+        method: str = typer.Option(
+            None,
+            "--budget-method",
+            help="hybrid | recompute | compress | swap | none; sets budget.method.",
+        ),
     ) -> None:
         """Train one model locally from a YAML config into runs/<name>/."""
-        from edgetrain.config import load_config
+        from edgetrain.config import load_config, with_budget
 
-        _train(load_config(config), json_out, name)
+        cfg = load_config(config)
+        if budget is not None or method is not None:
+            cfg = with_budget(cfg, limit=budget, method=method)
+        _train(cfg, json_out, name)

@@ -5,6 +5,7 @@ config -> data set -> split -> model (shaped to the data) -> train -> runs/<name
 
 from __future__ import annotations
 
+import shutil
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -17,7 +18,7 @@ from edgetrain import data as data_mod
 from edgetrain import models as models_mod
 from edgetrain.config import RunConfig
 from edgetrain.engine.trainer import EpochMetrics, train_classifier
-from edgetrain.errors import ConfigError
+from edgetrain.errors import BudgetError, ConfigError
 from edgetrain.runs import RunDir, seed_everything
 
 
@@ -45,6 +46,7 @@ class LocalRunResult:
             "params": self.params,
             "epochs": len(self.history),
             "wall_s": self.wall_seconds,
+            **self.extra,
         }
 
 
@@ -70,6 +72,24 @@ def model_options_for(model_name: str, dataset, options: dict[str, Any]) -> dict
     return out
 
 
+def budget_spec(config: RunConfig):
+    """The run's :class:`~edgetrain.engine.budget.train.BudgetSpec`, checked before any data
+    is loaded; ``None`` without a ``budget`` section."""
+    if config.budget is None:
+        return None
+    from edgetrain.engine.budget.train import BudgetSpec
+
+    b = config.budget
+    return BudgetSpec(
+        limit=b.limit,
+        method=b.method,
+        scope=b.scope,
+        predictor=b.predictor,
+        samples_per_epoch=b.samples_per_epoch,
+        measure=b.measure,
+    )
+
+
 def run_local(
     config: RunConfig,
     *,
@@ -77,8 +97,16 @@ def run_local(
     on_step: Callable[[int, int], None] | None = None,
     run_name: str | None = None,
 ) -> LocalRunResult:
-    """Train ``config.model`` on ``config.data`` and write the run directory."""
+    """Train ``config.model`` on ``config.data`` and write the run directory.
+
+    With a ``budget`` section every step runs under a memory plan
+    (:class:`~edgetrain.engine.budget.train.BudgetedTraining`): its ``plan`` and ``budget``
+    events go to ``metrics.jsonl``, each plan to ``plan-<n>.json``, a summary to
+    ``result.json``.  A budget no plan reaches after some epochs (the predictor's budget
+    fell) saves the weights trained so far before the :class:`BudgetError` propagates.
+    """
     start = time.perf_counter()
+    spec = budget_spec(config)
     generator = seed_everything(config.seed)
     dataset = data_mod.load(config.data.name, **config.data.options)
     train_ds, test_ds = dataset.train_test_split(
@@ -107,24 +135,54 @@ def run_local(
         if on_epoch is not None:
             on_epoch(m)
 
+    stepper = None
+    if spec is not None:
+        from edgetrain.engine.budget.train import BudgetedTraining
+
+        stepper = BudgetedTraining(spec, log=run.log_metrics, plan_dir=run.ensure().path)
+    done: list[EpochMetrics] = []
+
+    def _epoch_done(m: EpochMetrics) -> None:
+        done.append(m)
+        _log(m)
+
     t = config.train
-    history = train_classifier(
-        model,
-        train_ds.x,
-        train_ds.y,
-        test_ds.x,
-        test_ds.y,
-        epochs=t.epochs,
-        batch_size=t.batch_size,
-        lr=t.lr,
-        optimizer=t.optimizer,
-        momentum=t.momentum,
-        weight_decay=t.weight_decay,
-        schedule=t.schedule,
-        generator=generator,
-        on_epoch=_log,
-        on_step=on_step,
-    )
+    try:
+        history = train_classifier(
+            model,
+            train_ds.x,
+            train_ds.y,
+            test_ds.x,
+            test_ds.y,
+            epochs=t.epochs,
+            batch_size=t.batch_size,
+            lr=t.lr,
+            optimizer=t.optimizer,
+            momentum=t.momentum,
+            weight_decay=t.weight_decay,
+            schedule=t.schedule,
+            generator=generator,
+            on_epoch=_epoch_done,
+            on_step=on_step,
+            stepper=stepper,
+        )
+    except BudgetError as exc:
+        if not done:  # nothing trained: leave no run directory behind (this call made it)
+            shutil.rmtree(run.path, ignore_errors=True)
+            raise
+        path = run.save_model(
+            model.state_dict(),
+            metadata={
+                "model": config.model.name,
+                "seed": str(config.seed),
+                "epochs_done": str(len(done)),
+                "stopped": "budget",
+            },
+        )
+        raise BudgetError(
+            f"{exc} -- the weights after epoch {len(done)} are in {path}, its metrics in "
+            f"{run.path / 'metrics.jsonl'}"
+        ) from None
     run.save_model(
         model.state_dict(),
         metadata={"model": config.model.name, "seed": str(config.seed)},
@@ -141,5 +199,7 @@ def run_local(
         params=params,
         wall_seconds=time.perf_counter() - start,
     )
+    if stepper is not None:
+        result.extra["budget"] = stepper.summary()
     run.write_json("result.json", result.to_json())
     return result

@@ -11,6 +11,7 @@ import math
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
+from typing import Any, Protocol
 
 import torch
 from torch import nn
@@ -30,6 +31,21 @@ class EpochMetrics:
 
     def to_dict(self) -> dict:
         return asdict(self)
+
+
+class Stepper(Protocol):
+    """Runs the training steps instead of :func:`train_step` (e.g. under a memory budget:
+    :class:`edgetrain.engine.budget.train.BudgetedTraining`)."""
+
+    def begin_epoch(self, epoch: int, steps: int) -> None: ...
+
+    def step(
+        self, model: nn.Module, opt: torch.optim.Optimizer, xb: torch.Tensor, yb: torch.Tensor
+    ) -> tuple[float, int]: ...
+
+    def end_epoch(self, epoch: int) -> Any: ...
+
+    def close(self) -> None: ...
 
 
 def make_optimizer(
@@ -139,12 +155,31 @@ def train_classifier(
     generator: torch.Generator | None = None,
     on_epoch: Callable[[EpochMetrics], None] | None = None,
     on_step: Callable[[int, int], None] | None = None,
+    stepper: Stepper | None = None,
 ) -> list[EpochMetrics]:
     """Train with cross-entropy; return one :class:`EpochMetrics` per epoch.
 
     ``on_step(done, total)`` reports progress in steps; ``on_epoch`` receives each
     epoch's metrics as soon as they are known (for metrics.jsonl and progress bars).
+    ``stepper``: runs every step instead of :func:`train_step`; its ``close`` before each
+    evaluation and at the end (also on an error), its ``end_epoch`` after ``on_epoch``.
     """
+    try:
+        return _train_epochs(
+            model, x_train, y_train, x_test, y_test, epochs=epochs, batch_size=batch_size,
+            lr=lr, optimizer=optimizer, momentum=momentum, weight_decay=weight_decay,
+            schedule=schedule, final_lr=final_lr, generator=generator, on_epoch=on_epoch,
+            on_step=on_step, stepper=stepper,
+        )  # fmt: skip
+    finally:
+        if stepper is not None:
+            stepper.close()
+
+
+def _train_epochs(
+    model, x_train, y_train, x_test, y_test, *, epochs, batch_size, lr, optimizer, momentum,
+    weight_decay, schedule, final_lr, generator, on_epoch, on_step, stepper,
+) -> list[EpochMetrics]:  # fmt: skip
     if len(x_train) == 0:
         raise ConfigError("the training split is empty; lower test_fraction or add data")
     opt = make_optimizer(model.parameters(), optimizer, lr, momentum, weight_decay)
@@ -157,11 +192,16 @@ def train_classifier(
         model.train()
         start = time.perf_counter()
         loss_sum, correct, seen = 0.0, 0, 0
+        if stepper is not None:
+            stepper.begin_epoch(epoch, steps_per_epoch)
         for idx in batches(len(x_train), batch_size, generator):
             if schedule == "cosine":
                 for group in opt.param_groups:
                     group["lr"] = cosine_lr(lr, final, step, total_steps)
-            loss, hits = train_step(model, opt, x_train[idx], y_train[idx])
+            if stepper is not None:
+                loss, hits = stepper.step(model, opt, x_train[idx], y_train[idx])
+            else:
+                loss, hits = train_step(model, opt, x_train[idx], y_train[idx])
             if not math.isfinite(loss):
                 raise ConfigError(
                     f"training diverged at epoch {epoch} (loss {loss}); lower train.lr (now {lr})"
@@ -172,6 +212,8 @@ def train_classifier(
             step += 1
             if on_step is not None:
                 on_step(step, total_steps)
+        if stepper is not None:
+            stepper.close()  # evaluate the bare model
         test_loss, test_acc = evaluate(model, x_test, y_test)
         metrics = EpochMetrics(
             epoch=epoch,
@@ -185,4 +227,6 @@ def train_classifier(
         history.append(metrics)
         if on_epoch is not None:
             on_epoch(metrics)
+        if stepper is not None:
+            stepper.end_epoch(epoch)
     return history

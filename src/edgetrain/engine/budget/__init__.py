@@ -4,8 +4,10 @@ profile_model -> plan (hybrid | recompute | compress | swap | none) -> Execution
 -> PlanExecutor (measured by MemoryAccountant; units keep / recompute / compress /
 swap, cheap leaves and leaf chains regen, ReLU-family leaves mask, parameter-free
 multi-input leaves such as attention's core recompute); BudgetPredictor
-for the budget itself.  ``scope="all"`` budgets every allocation of the step
-(saved tensors, parameter gradients, the rest measured: :mod:`.alloc`).
+for the budget itself; :class:`BudgetedTraining` for a whole run under a plan
+(``edgetrain run`` with a ``budget`` section).  ``scope="all"`` budgets every
+allocation of the step (saved tensors, parameter gradients, the rest measured:
+:mod:`.alloc`).
 """
 
 from edgetrain.engine.budget.accountant import (
@@ -45,6 +47,7 @@ from edgetrain.engine.budget.runner import (
 )
 from edgetrain.engine.budget.stats import PairedSummary, paired_summary
 from edgetrain.engine.budget.swap import IoContentionModel
+from edgetrain.engine.budget.train import BudgetedTraining, BudgetSpec
 
 __all__ = [
     "METHODS",
@@ -53,6 +56,8 @@ __all__ = [
     "AllocTimeline",
     "BudgetPredictor",
     "BudgetReport",
+    "BudgetSpec",
+    "BudgetedTraining",
     "ExecutionPlan",
     "IoContentionModel",
     "LeafRecomputeProfile",

@@ -40,6 +40,22 @@ _UNITS = {
 }  # fmt: skip
 
 
+def check_budget_form(text: str | float, name: str = "--budget") -> None:
+    """Check a budget before any profiling: the forms :func:`parse_budget` accepts, and a
+    plain number above 1 (a count of bytes) must be whole (``1.5`` is not 1 byte)."""
+    parse_budget(text, 1)  # raises, naming the accepted forms, on anything else
+    try:
+        value = float(text)
+    except ValueError:
+        return  # a size with a unit (300MB)
+    if value > 1.0 and not value.is_integer():
+        raise ConfigError(
+            f"{name} {text!r}: a plain number above 1 is a count of bytes and must be whole; "
+            "give a fraction in (0, 1] of the unplanned peak (e.g. 0.5) or a size such as "
+            "300MB, 256MiB or 123456 (bytes)"
+        )
+
+
 def parse_budget(text: str | float, unplanned_peak: int) -> int:
     """``0.5`` -> half of ``unplanned_peak``; ``300MB`` / ``256MiB`` / ``123456`` -> bytes."""
     s = str(text).strip().lower()

@@ -1,0 +1,170 @@
+"""Whole training runs under a memory budget: accuracy, measured peak and time vs unplanned.
+
+``edgetrain budget`` measures one step; this trains a model for epochs with every step
+under the plan (``edgetrain run`` with a ``budget`` section,
+:mod:`edgetrain.engine.budget.train`) at several budgets and methods, from the same seed,
+and prints per run:
+
+* the final test accuracy and loss, and whether every epoch's train loss, test loss and
+  the final weights are **bit-identical** to the unplanned run's (they must be for keep /
+  recompute / regen / mask plans; a compressed plan is within its codec's bound instead);
+* the measured peak of the budget's scope (the first step of each epoch, in the real
+  training step) over the budget, the most of any epoch;
+* time: the median epoch's wall seconds over the unplanned run's median epoch (epoch 1
+  is left out, it holds the profiling), and the profiling + planning seconds.
+
+Runs are sequential in one process, torch pinned to one thread; the ratio of medians over
+epochs is what to read (the machine is shared).
+
+    OMP_NUM_THREADS=1 .venv/bin/python benchmarks/budget_run.py [--quick] [--json]
+        [--model mobilenetv2 --width 1.0 --data mnist5k --epochs 4 --batch 32]
+        [--budgets 0.5,0.3 --methods recompute,hybrid --scope saved]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+
+import torch
+
+from edgetrain.config import parse_config
+from edgetrain.engine.local import run_local
+from edgetrain.runs import load_state
+
+
+def _config(root, name, a, budget=None):
+    d = {
+        "name": name,
+        "seed": a.seed,
+        "output_root": root,
+        "model": {"name": a.model, "options": {"width_mult": a.width} if a.width else {}},
+        "data": {"name": a.data, "test_fraction": 0.25},
+        "train": {"epochs": a.epochs, "batch_size": a.batch, "lr": 0.002, "optimizer": "adam"},
+    }
+    if budget is not None:
+        d["budget"] = budget
+    return parse_config(d)
+
+
+def _events(run_dir, kind):
+    rows = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    return [r for r in rows if r.get("event") == kind]
+
+
+def _median_epoch_s(result) -> float:
+    secs = [m.seconds for m in result.history]
+    return statistics.median(secs[1:] if len(secs) > 1 else secs)
+
+
+def run(a) -> dict:
+    torch.set_num_threads(1)
+    root = tempfile.mkdtemp(prefix="edgetrain-budget-run-")
+    base = run_local(_config(root, "none", a))
+    base_state = load_state(base.run_dir / "model.safetensors")
+    base_epoch = _median_epoch_s(base)
+    rows = [
+        {
+            "method": "none",
+            "budget": None,
+            "accuracy": base.test_accuracy,
+            "test_loss": base.test_loss,
+            "epoch_s": base_epoch,
+            "time_ratio": 1.0,
+        }
+    ]
+    for method in a.methods.split(","):
+        for b in a.budgets.split(","):
+            spec = {"limit": float(b) if b.replace(".", "", 1).isdigit() else b}
+            spec.update(method=method, scope=a.scope)
+            r = run_local(_config(root, f"{method}-{b}", a, spec))
+            plan = _events(r.run_dir, "plan")[0]
+            epochs = _events(r.run_dir, "budget")
+            state = load_state(r.run_dir / "model.safetensors")
+            exact = (
+                [m.train_loss for m in r.history] == [m.train_loss for m in base.history]
+                and [m.test_loss for m in r.history] == [m.test_loss for m in base.history]
+                and all(torch.equal(state[k], base_state[k]) for k in base_state)
+            )
+            rows.append(
+                {
+                    "method": method,
+                    "budget": b,
+                    "scope": a.scope,
+                    "budget_bytes": plan["budget_bytes"],
+                    "unplanned_peak_bytes": plan["unplanned_peak_bytes"],
+                    "decisions": {k: v for k, v in plan["decisions"].items() if v},
+                    "peak_to_budget": max(
+                        e["measured_peak_bytes"] / e["budget_bytes"] for e in epochs
+                    ),  # fmt: skip
+                    "within_budget": all(e["within_budget"] for e in epochs),
+                    "accuracy": r.test_accuracy,
+                    "test_loss": r.test_loss,
+                    "bit_identical": exact,
+                    "epoch_s": _median_epoch_s(r),
+                    "time_ratio": _median_epoch_s(r) / base_epoch,
+                    "plan_s": plan["seconds"],
+                    "predicted_overhead_s": plan["predicted_overhead_s"],
+                }
+            )
+    return {
+        "model": a.model,
+        "width_mult": a.width,
+        "data": a.data,
+        "epochs": a.epochs,
+        "batch": a.batch,
+        "seed": a.seed,
+        "rows": rows,
+    }
+
+
+def print_table(out: dict) -> None:
+    print(
+        f"{out['model']} (width {out['width_mult'] or 1.0}) on {out['data']}, "
+        f"{out['epochs']} epochs of batch {out['batch']}, seed {out['seed']}"
+    )
+    print(
+        f"{'method':<10} {'budget':>7} {'peak/budget':>11} {'accuracy':>9} {'exact':>6} "
+        f"{'epoch s':>8} {'time x':>7} {'plan s':>7}  decisions"
+    )
+    for r in out["rows"]:
+        pb = f"{r['peak_to_budget']:.3f}" if "peak_to_budget" in r else "-"
+        ex = "-" if r["method"] == "none" else ("yes" if r["bit_identical"] else "no")
+        ps = f"{r['plan_s']:.1f}" if "plan_s" in r else "-"
+        dec = ", ".join(f"{k} {v}" for k, v in r.get("decisions", {}).items())
+        print(
+            f"{r['method']:<10} {r['budget'] or '-':>7} {pb:>11} {r['accuracy']:>9.4f} {ex:>6} "
+            f"{r['epoch_s']:>8.2f} {r['time_ratio']:>7.3f} {ps:>7}  {dec}"
+        )
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--model", default="mobilenetv2")
+    p.add_argument("--width", type=float, default=None, help="width_mult (MobileNetV2)")
+    p.add_argument("--data", default="mnist5k")
+    p.add_argument("--epochs", type=int, default=4)
+    p.add_argument("--batch", type=int, default=32)
+    p.add_argument("--budgets", default="0.5,0.3")
+    p.add_argument("--methods", default="recompute,hybrid")
+    p.add_argument("--scope", default="saved", choices=["saved", "all"])
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--quick", action="store_true", help="width 0.35 on digits, 2 epochs")
+    p.add_argument("--json", action="store_true")
+    a = p.parse_args(argv)
+    if a.quick:
+        a.width, a.data, a.epochs, a.budgets = 0.35, "digits", 2, "0.5"
+    out = run(a)
+    if a.json:
+        json.dump(out, sys.stdout, indent=1)
+        print()
+    else:
+        print_table(out)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
