@@ -408,6 +408,10 @@ def build_timeline(
             }
         if profile.masks:  # every mask at once, each unit's excess kept under its name
             out.fix["mask"] = _mask_fix(model, profile, inputs, loss_fn, seed, seen_as)
+        if profile.regens:  # the same, for regenerations, and for them all at once
+            seen_as = torch_visible(profile)  # with the masks' fix (never on together)
+            out.fix["regen"] = _regen_fix(model, profile, inputs, loss_fn, seed, seen_as)
+            out.fix["regen-step"] = _regen_step_fix(model, profile, inputs, loss_fn, seed, seen_as)
     finally:
         profile.alloc = old
     return out
@@ -424,23 +428,89 @@ def _mask_fix(model, profile, inputs, loss_fn, seed, seen_as) -> dict[str, tuple
     alone left 163,840 B (its output, 1,280 x 4 x 4 x 2 float32) more than the model at
     that unit's forward and backward steps -- another holder keeps the output -- and
     refined plans that filled the budget to 0.996 then measured 22-56 kB over it."""
+    from edgetrain.engine.budget.plan import UnitDecision
+
+    return _leaf_fix(
+        model, profile, inputs, loss_fn, seed, seen_as, profile.masks,
+        lambda m: UnitDecision(m.name, "mask", None), "mask",
+    )  # fmt: skip
+
+
+def _regen_fix(model, profile, inputs, loss_fn, seed, seen_as) -> dict[str, tuple[int, int]]:
+    """The ``fix`` of regenerations, keyed by ``state_key``, measured as :func:`_mask_fix`
+    measures masks (the ``j``-th candidate of every forward step at once).
+
+    Measured (round 16, MobileNetV2 w0.35 b2 at 32 px, hybrid's plans at the minimum
+    all-allocation budget): with the BatchNorm and BatchNorm -> ReLU6 outputs of
+    features.11 / .12 regenerated, their backward steps held 271,104 / 280,320 B more
+    than the model -- about one regenerated 576-channel tensor (294,912 B) -- and 5 of 19
+    such plans measured 49-155 kB over their budget (``tests/engine/budget/
+    test_budget_benchmarks.py::test_budget_alloc_model_benchmark_quick`` failed in 2 of 3
+    runs)."""
+    from edgetrain.engine.budget.plan import UnitDecision
+
+    return _leaf_fix(
+        model, profile, inputs, loss_fn, seed, seen_as, profile.regens,
+        lambda r: UnitDecision(r.name, "regen", None, chain=list(r.chain) or None), "regen",
+    )  # fmt: skip
+
+
+def _regen_step_fix(model, profile, inputs, loss_fn, seed, seen_as) -> dict[str, tuple[int, int]]:
+    """Per forward step (key ``str(step)``), the measured excess over the model with a
+    largest set of regenerations that can run together all on: what several
+    regenerations of one step add together beyond each one alone (measured where
+    :func:`_regen_fix` alone left features.12's backward of MobileNetV2 w0.35 b2
+    243,456 B short in a plan with its four regenerations on, round 16).  The planner
+    adds it at a step where two or more regenerations are on, in place of the largest
+    single one's fix when it is larger (:func:`.planner.simulate_all`)."""
     from edgetrain.engine.budget.plan import ExecutionPlan, UnitDecision
+    from edgetrain.engine.budget.planner import simulate_all
+    from edgetrain.engine.budget.profile import _regen_set
+
+    rs = _regen_set(profile.regens)
+    if len(rs) < 2:
+        return {}
+    unit_steps = {u.name: u.step for u in profile.units}
+    glue_steps = {s for s, _ in profile.glue}
+    t = profile.n_steps
+    p = ExecutionPlan(
+        "hybrid", 1, 1, 1, 0.0,
+        [UnitDecision(r.name, "regen", None, chain=list(r.chain) or None) for r in rs],
+    )  # fmt: skip
+    got = measure_alloc_steps(model, inputs, loss_fn, unit_steps, glue_steps, t, seed, plan=p)[0]
+    pred = simulate_all(seen_as, {r.state_key: ("regen", None) for r in rs})
+    return {
+        str(k): (
+            int(max(got[k] - pred[k], 0)),
+            int(max(got[2 * t - 1 - k] - pred[2 * t - 1 - k], 0)),
+        )
+        for k in sorted({r.step for r in rs})
+    }
+
+
+def _leaf_fix(
+    model, profile, inputs, loss_fn, seed, seen_as, items, decide, decision
+) -> dict[str, tuple[int, int]]:
+    """Per leaf decision (``items``: masks or regenerations, each with ``step`` and
+    ``state_key``), the measured excess over the model at its forward and backward step:
+    one measured step per ``j``, with the ``j``-th candidate of every forward step on."""
+    from edgetrain.engine.budget.plan import ExecutionPlan
     from edgetrain.engine.budget.planner import simulate_all
 
     unit_steps = {u.name: u.step for u in profile.units}
     glue_steps = {s for s, _ in profile.glue}
     t = profile.n_steps
     by_step: dict[int, list[Any]] = {}
-    for m in profile.masks:
+    for m in items:
         by_step.setdefault(m.step, []).append(m)
     out: dict[str, tuple[int, int]] = {}
-    for j in range(max(len(v) for v in by_step.values())):
+    for j in range(max((len(v) for v in by_step.values()), default=0)):
         ms = [v[j] for v in by_step.values() if len(v) > j]
-        p = ExecutionPlan("hybrid", 1, 1, 1, 0.0, [UnitDecision(m.name, "mask", None) for m in ms])
+        p = ExecutionPlan("hybrid", 1, 1, 1, 0.0, [decide(m) for m in ms])
         got = measure_alloc_steps(model, inputs, loss_fn, unit_steps, glue_steps, t, seed, plan=p)[
             0
         ]
-        pred = simulate_all(seen_as, {m.state_key: ("mask", None) for m in ms})
+        pred = simulate_all(seen_as, {m.state_key: (decision, None) for m in ms})
         for m in ms:
             out[m.state_key] = (
                 int(max(got[m.step] - pred[m.step], 0)),

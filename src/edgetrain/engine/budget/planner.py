@@ -338,17 +338,28 @@ def simulate_all(profile: ModelProfile, states: dict[str, State]) -> np.ndarray:
             mem[2 * t - 1 - u.step] += b
             if d != "recompute" and released:  # its raw tensors are gone from its backward
                 mem[2 * t - 1 - u.step] += min(released[2 * t - 1 - u.step], u.float_bytes)
-    mask_fix = fix.get("mask", {})
-    if mask_fix:  # a mask's measured excess (alloc._mask_fix)
-        recomputed = {
-            u.step for u in profile.units if states.get(u.name, ("keep",))[0] == "recompute"
-        }
-        for m in profile.masks:
-            if states.get(m.state_key, ("keep",))[0] != "mask" or m.step in recomputed:
-                continue  # a recomputed unit runs without masks (simulate)
-            f, b = mask_fix.get(m.state_key, (0, 0))
-            mem[m.step] += f
-            mem[2 * t - 1 - m.step] += b
+    recomputed = {u.step for u in profile.units if states.get(u.name, ("keep",))[0] == "recompute"}
+    mask_fix = fix.get("mask", {})  # a mask's measured excess (alloc._mask_fix)
+    for m in profile.masks if mask_fix else ():
+        if states.get(m.state_key, ("keep",))[0] != "mask" or m.step in recomputed:
+            continue  # a recomputed unit runs without masks (simulate)
+        f, b = mask_fix.get(m.state_key, (0, 0))
+        mem[m.step] += f
+        mem[2 * t - 1 - m.step] += b
+    # regenerations: per step, the largest single one's measured excess (alloc._regen_fix)
+    # or, with two or more on, all of a step's at once (alloc._regen_step_fix) if larger
+    regen_fix, step_fix = fix.get("regen", {}), fix.get("regen-step", {})
+    on: dict[int, list[tuple[int, int]]] = {}
+    for r in profile.regens if regen_fix else ():
+        if states.get(r.state_key, ("keep",))[0] == "regen" and r.step not in recomputed:
+            on.setdefault(r.step, []).append(regen_fix.get(r.state_key, (0, 0)))
+    for k, fs in on.items():
+        f, b = max(x[0] for x in fs), max(x[1] for x in fs)
+        if len(fs) > 1:
+            cf, cb = step_fix.get(str(k), (0, 0))
+            f, b = max(f, cf), max(b, cb)
+        mem[k] += f
+        mem[2 * t - 1 - k] += b
     for x in profile.leaf_recomputes:  # a recomputed leaf keeps the RNG state too
         if (
             states.get(x.state_key, ("keep",))[0] == "recompute"
