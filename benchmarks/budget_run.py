@@ -17,7 +17,7 @@ Runs are sequential in one process, torch pinned to one thread; the ratio of med
 epochs is what to read (the machine is shared).
 
     OMP_NUM_THREADS=1 .venv/bin/python benchmarks/budget_run.py [--quick] [--json]
-        [--model mobilenetv2 --width 1.0 --data mnist5k --epochs 4 --batch 32]
+        [--model mobilenetv2 --width 1.0 --data mnist5k --epochs 4 --batch 32 --lr 0.002]
         [--budgets 0.5,0.3 --methods recompute,hybrid --scope saved]
 """
 
@@ -43,7 +43,7 @@ def _config(root, name, a, budget=None):
         "output_root": root,
         "model": {"name": a.model, "options": {"width_mult": a.width} if a.width else {}},
         "data": {"name": a.data, "test_fraction": 0.25},
-        "train": {"epochs": a.epochs, "batch_size": a.batch, "lr": 0.002, "optimizer": "adam"},
+        "train": {"epochs": a.epochs, "batch_size": a.batch, "lr": a.lr, "optimizer": "adam"},
     }
     if budget is not None:
         d["budget"] = budget
@@ -116,6 +116,7 @@ def run(a) -> dict:
         "data": a.data,
         "epochs": a.epochs,
         "batch": a.batch,
+        "lr": a.lr,
         "seed": a.seed,
         "rows": rows,
     }
@@ -148,6 +149,7 @@ def main(argv=None) -> int:
     p.add_argument("--data", default="mnist5k")
     p.add_argument("--epochs", type=int, default=4)
     p.add_argument("--batch", type=int, default=32)
+    p.add_argument("--lr", type=float, default=0.002, help="Adam's learning rate")
     p.add_argument("--budgets", default="0.5,0.3")
     p.add_argument("--methods", default="recompute,hybrid")
     p.add_argument("--scope", default="saved", choices=["saved", "all"])

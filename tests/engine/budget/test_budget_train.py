@@ -278,7 +278,9 @@ def test_the_live_linux_predictor_caps_nothing_on_a_roomy_machine(tmp_path):
 
 
 def test_measure_every_step(tmp_path, unplanned):
-    r = run_local(_cfg(tmp_path, budget={"limit": 0.5, "method": "recompute", "measure": "every"}, epochs=1))
+    r = run_local(
+        _cfg(tmp_path, budget={"limit": 0.5, "method": "recompute", "measure": "every"}, epochs=1)
+    )
     (e,) = _events(r.run_dir, "budget")
     assert e["measured_steps"] == 43  # ceil(1347 / 32): every step went through the accountant
     assert e["within_budget"] and r.history[0].train_loss == unplanned.history[0].train_loss
