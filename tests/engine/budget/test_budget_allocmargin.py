@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -137,6 +139,9 @@ def test_released_bounds_the_peak_without_any_subset_of_released_blocks(case, da
 
 
 # -- a real mixed plan on a tiny model: the cause appears, the model covers it ---------------
+FIXTURES = Path(__file__).parent / "fixtures"
+
+
 @pytest.fixture(scope="module")
 def tiny():
     model = models.build("mobilenetv2", seed=0, width_mult=0.35, input_size=32)
@@ -303,3 +308,27 @@ def test_a_regenerated_leaf_feeding_a_recomputed_unit_keeps_its_input(tiny):
     # (the mask's bits were counted on that storage's key, so the step adds the rest)
     assert extra.max() == regen.in_bytes - mask.mask_bytes > 0
     assert (meas > (seen - extra[: len(meas)])).any()
+
+
+# -- regenerations: their measured excess (alloc.fix["regen"], ["regen-step"]) -----------
+def test_a_blocks_regenerations_together_are_within_the_prediction():
+    """A plan hybrid chose at the minimum all-allocation budget of MobileNetV2 b2 (32 px;
+    recompute 11, compress 2, regen 19, mask 10): with features.11 / .12's expansion and
+    depthwise BatchNorm -> ReLU6 and the depthwise BatchNorm all regenerated, their
+    backward steps held one more 576-channel output (271,104 / 280,320 B) than the model,
+    and the step 149,952 B more than predicted -- over its budget (the quick
+    budget_alloc_model benchmark failed in 2 of 3 runs, round 16).  Any two of the three
+    did not.  The model now adds the regenerations' measured excess and, where two or
+    more share a step, one regenerated output at its backward step."""
+    from edgetrain.commands.budget import zoo_task
+
+    model, (x,), loss_fn = zoo_task("mobilenetv2", 2, 0)
+    prof = profile_model(
+        model, (x,), loss_fn, codecs=codecs_for("hybrid"), alloc_timeline=True,
+        in_situ_steps=0, repeats=1,
+    )  # fmt: skip
+    p = ExecutionPlan.from_json(json.loads((FIXTURES / "regen_block_plan.json").read_text()))
+    states = plan_states(prof, p)
+    held = step_alloc_peak(model, p, (x,), loss_fn)[0]
+    predicted = int(simulate_all(prof, states).max())
+    assert held <= predicted <= 1.03 * held  # before: 149,952 B above the prediction

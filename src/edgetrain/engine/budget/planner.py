@@ -347,17 +347,23 @@ def simulate_all(profile: ModelProfile, states: dict[str, State]) -> np.ndarray:
         mem[m.step] += f
         mem[2 * t - 1 - m.step] += b
     # regenerations: per step, the largest single one's measured excess (alloc._regen_fix)
-    # or, with two or more on, all of a step's at once (alloc._regen_step_fix) if larger
+    # or, with two or more on, all of a step's at once (alloc._regen_step_fix) if larger;
+    # with two or more on, at least one regenerated output more in the backward step:
+    # three regenerations of one MobileNetV2 block together (its expansion's and its
+    # depthwise convolution's BatchNorm -> ReLU6, and that BatchNorm alone) held one
+    # more 576-channel output there (271,104 B of 294,912), though any two did not and
+    # the measured sets did not contain the three (round 16)
     regen_fix, step_fix = fix.get("regen", {}), fix.get("regen-step", {})
-    on: dict[int, list[tuple[int, int]]] = {}
+    on: dict[int, list[tuple[int, int, int]]] = {}
     for r in profile.regens if regen_fix else ():
         if states.get(r.state_key, ("keep",))[0] == "regen" and r.step not in recomputed:
-            on.setdefault(r.step, []).append(regen_fix.get(r.state_key, (0, 0)))
+            f, b = regen_fix.get(r.state_key, (0, 0))
+            on.setdefault(r.step, []).append((f, b, r.out_bytes))
     for k, fs in on.items():
         f, b = max(x[0] for x in fs), max(x[1] for x in fs)
         if len(fs) > 1:
             cf, cb = step_fix.get(str(k), (0, 0))
-            f, b = max(f, cf), max(b, cb)
+            f, b = max(f, cf), max(b, cb, max(x[2] for x in fs))
         mem[k] += f
         mem[2 * t - 1 - k] += b
     for x in profile.leaf_recomputes:  # a recomputed leaf keeps the RNG state too
