@@ -79,15 +79,7 @@ def budget_spec(config: RunConfig):
         return None
     from edgetrain.engine.budget.train import BudgetSpec
 
-    b = config.budget
-    return BudgetSpec(
-        limit=b.limit,
-        method=b.method,
-        scope=b.scope,
-        predictor=b.predictor,
-        samples_per_epoch=b.samples_per_epoch,
-        measure=b.measure,
-    )
+    return BudgetSpec(**config.budget.model_dump())
 
 
 def run_local(
