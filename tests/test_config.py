@@ -72,3 +72,15 @@ def test_a_cohort_larger_than_the_fleet_is_refused():
     ok = parse_config({"fleet": {"clients": 5}, "federated": {"clients_per_round": 5}},
                       "fed.yaml", FederatedConfig)  # fmt: skip
     assert ok.federated.clients_per_round == ok.fleet.clients == 5
+
+
+def test_every_shipped_local_run_config_validates():
+    from pathlib import Path
+
+    from edgetrain.config import load_config
+
+    root = Path(__file__).resolve().parents[1] / "examples"
+    configs = {p.name: load_config(p) for p in sorted(root.glob("local-*.yaml"))}
+    assert {"local-watch.yaml", "local-budget.yaml"} <= set(configs)
+    b = configs["local-budget.yaml"].budget
+    assert (b.limit, b.method, b.scope) == (0.5, "hybrid", "saved")
