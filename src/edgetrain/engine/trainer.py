@@ -7,6 +7,7 @@ metrics; no DataLoader worker processes (the targets are single devices).
 
 from __future__ import annotations
 
+import contextlib
 import math
 import time
 from collections.abc import Callable, Iterator
@@ -164,69 +165,56 @@ def train_classifier(
     ``stepper``: runs every step instead of :func:`train_step`; its ``close`` before each
     evaluation and at the end (also on an error), its ``end_epoch`` after ``on_epoch``.
     """
-    try:
-        return _train_epochs(
-            model, x_train, y_train, x_test, y_test, epochs=epochs, batch_size=batch_size,
-            lr=lr, optimizer=optimizer, momentum=momentum, weight_decay=weight_decay,
-            schedule=schedule, final_lr=final_lr, generator=generator, on_epoch=on_epoch,
-            on_step=on_step, stepper=stepper,
-        )  # fmt: skip
-    finally:
+    with contextlib.ExitStack() as cleanup:
         if stepper is not None:
-            stepper.close()
-
-
-def _train_epochs(
-    model, x_train, y_train, x_test, y_test, *, epochs, batch_size, lr, optimizer, momentum,
-    weight_decay, schedule, final_lr, generator, on_epoch, on_step, stepper,
-) -> list[EpochMetrics]:  # fmt: skip
-    if len(x_train) == 0:
-        raise ConfigError("the training split is empty; lower test_fraction or add data")
-    opt = make_optimizer(model.parameters(), optimizer, lr, momentum, weight_decay)
-    steps_per_epoch = math.ceil(len(x_train) / batch_size)
-    total_steps = epochs * steps_per_epoch
-    final = final_lr if final_lr is not None else lr * 0.05
-    history: list[EpochMetrics] = []
-    step = 0
-    for epoch in range(1, epochs + 1):
-        model.train()
-        start = time.perf_counter()
-        loss_sum, correct, seen = 0.0, 0, 0
-        if stepper is not None:
-            stepper.begin_epoch(epoch, steps_per_epoch)
-        for idx in batches(len(x_train), batch_size, generator):
-            if schedule == "cosine":
-                for group in opt.param_groups:
-                    group["lr"] = cosine_lr(lr, final, step, total_steps)
+            cleanup.callback(stepper.close)
+        if len(x_train) == 0:
+            raise ConfigError("the training split is empty; lower test_fraction or add data")
+        opt = make_optimizer(model.parameters(), optimizer, lr, momentum, weight_decay)
+        steps_per_epoch = math.ceil(len(x_train) / batch_size)
+        total_steps = epochs * steps_per_epoch
+        final = final_lr if final_lr is not None else lr * 0.05
+        history: list[EpochMetrics] = []
+        step = 0
+        for epoch in range(1, epochs + 1):
+            model.train()
+            start = time.perf_counter()
+            loss_sum, correct, seen = 0.0, 0, 0
             if stepper is not None:
-                loss, hits = stepper.step(model, opt, x_train[idx], y_train[idx])
-            else:
-                loss, hits = train_step(model, opt, x_train[idx], y_train[idx])
-            if not math.isfinite(loss):
-                raise ConfigError(
-                    f"training diverged at epoch {epoch} (loss {loss}); lower train.lr (now {lr})"
-                )
-            loss_sum += loss * len(idx)
-            correct += hits
-            seen += len(idx)
-            step += 1
-            if on_step is not None:
-                on_step(step, total_steps)
-        if stepper is not None:
-            stepper.close()  # evaluate the bare model
-        test_loss, test_acc = evaluate(model, x_test, y_test)
-        metrics = EpochMetrics(
-            epoch=epoch,
-            train_loss=loss_sum / seen,
-            train_accuracy=correct / seen,
-            test_loss=test_loss,
-            test_accuracy=test_acc,
-            lr=opt.param_groups[0]["lr"],
-            seconds=time.perf_counter() - start,
-        )
-        history.append(metrics)
-        if on_epoch is not None:
-            on_epoch(metrics)
-        if stepper is not None:
-            stepper.end_epoch(epoch)
-    return history
+                stepper.begin_epoch(epoch, steps_per_epoch)
+            for idx in batches(len(x_train), batch_size, generator):
+                if schedule == "cosine":
+                    for group in opt.param_groups:
+                        group["lr"] = cosine_lr(lr, final, step, total_steps)
+                if stepper is not None:
+                    loss, hits = stepper.step(model, opt, x_train[idx], y_train[idx])
+                else:
+                    loss, hits = train_step(model, opt, x_train[idx], y_train[idx])
+                if not math.isfinite(loss):
+                    raise ConfigError(
+                        f"training diverged at epoch {epoch} (loss {loss}); lower train.lr (now {lr})"
+                    )
+                loss_sum += loss * len(idx)
+                correct += hits
+                seen += len(idx)
+                step += 1
+                if on_step is not None:
+                    on_step(step, total_steps)
+            if stepper is not None:
+                stepper.close()  # evaluate the bare model
+            test_loss, test_acc = evaluate(model, x_test, y_test)
+            metrics = EpochMetrics(
+                epoch=epoch,
+                train_loss=loss_sum / seen,
+                train_accuracy=correct / seen,
+                test_loss=test_loss,
+                test_accuracy=test_acc,
+                lr=opt.param_groups[0]["lr"],
+                seconds=time.perf_counter() - start,
+            )
+            history.append(metrics)
+            if on_epoch is not None:
+                on_epoch(metrics)
+            if stepper is not None:
+                stepper.end_epoch(epoch)
+        return history
