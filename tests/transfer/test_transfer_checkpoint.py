@@ -2,9 +2,9 @@ import pytest
 import torch
 from torch import nn
 
+from edgetrain.checkpoint import complete_checkpoints
 from edgetrain.errors import ConfigError, ModelError
 from edgetrain.transfer import Protocol, latest_checkpoint, train_protocol
-from edgetrain.transfer.checkpoint import complete_checkpoints
 
 
 class Stop(Exception):

@@ -8,7 +8,7 @@ changed weights only. Frozen-prefix activation caching (:mod:`.prefix`) makes th
 paper's 100-epoch protocol affordable on a CPU without changing a single update.
 """
 
-from edgetrain.transfer.checkpoint import (
+from edgetrain.checkpoint import (
     Checkpoint,
     latest_checkpoint,
     restore_checkpoint,

@@ -22,9 +22,9 @@ from typing import Any
 import torch
 from torch import nn
 
+from edgetrain.checkpoint import latest_checkpoint, restore_checkpoint, save_checkpoint
 from edgetrain.engine.trainer import batches, cosine_lr, evaluate, make_optimizer, train_step
 from edgetrain.errors import ConfigError
-from edgetrain.transfer.checkpoint import latest_checkpoint, restore_checkpoint, save_checkpoint
 from edgetrain.transfer.prefix import CachedFeatures, PrefixPlan, PrefixSplit, cache_prefix
 from edgetrain.transfer.protocol import Protocol
 

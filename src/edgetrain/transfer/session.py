@@ -471,7 +471,7 @@ def run_finetune(
         run.write_config(config.to_json())
     resumed_from = None
     if resume_dir is not None:
-        from edgetrain.transfer.checkpoint import latest_checkpoint
+        from edgetrain.checkpoint import latest_checkpoint
 
         ckpt = latest_checkpoint(run.path)
         if ckpt is None:

@@ -30,7 +30,7 @@ import torch
 from torch import nn
 
 from edgetrain.errors import ModelError
-from edgetrain.runs import _jsonable, load_into, load_state, save_state
+from edgetrain.runs import _jsonable, load_into, load_state, note_checkpoint, save_state
 
 CHECKPOINTS = "checkpoints"
 TENSORS = "state.safetensors"
@@ -122,6 +122,7 @@ def save_checkpoint(
     tmp.replace(target / META)
     for old in complete_checkpoints(root)[:-keep_last]:
         shutil.rmtree(old)
+    note_checkpoint(root, f"epoch {epoch}")  # Ctrl-C on the command line names it
     return target
 
 
