@@ -59,6 +59,9 @@ class TrainSection(_Strict):
     momentum: float = Field(0.9, ge=0.0, lt=1.0)
     weight_decay: float = Field(0.0, ge=0.0)
     schedule: Literal["constant", "cosine"] = "constant"
+    #: epochs between checkpoints in the run directory (the last epoch's always; 0: none);
+    #: ``edgetrain run --resume RUN_DIR`` continues from the newest
+    checkpoint_every: int = Field(1, ge=0, le=10_000)
 
 
 class BudgetSection(_Strict):

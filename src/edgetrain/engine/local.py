@@ -1,10 +1,18 @@
 """One local training run, from a validated config to a run directory.
 
 config -> data set -> split -> model (shaped to the data) -> train -> runs/<name>/
+
+A run writes a checkpoint after every ``train.checkpoint_every`` epochs
+(``checkpoints/epoch-NNNN/``, :mod:`edgetrain.checkpoint`); :func:`resume_local`
+(``edgetrain run --resume RUN_DIR``) continues it from the newest one and ends with the
+metrics and weights of a run never interrupted.  A resume may change the memory budget
+(a device whose free memory fell, or a run a :class:`BudgetError` stopped): the rest of
+the config is the run's own.
 """
 
 from __future__ import annotations
 
+import json
 import shutil
 import time
 from collections.abc import Callable
@@ -16,10 +24,14 @@ import torch
 
 from edgetrain import data as data_mod
 from edgetrain import models as models_mod
-from edgetrain.config import RunConfig
+from edgetrain.checkpoint import Checkpoint, complete_checkpoints, latest_checkpoint
+from edgetrain.config import RunConfig, parse_config, with_budget
 from edgetrain.engine.trainer import EpochMetrics, train_classifier
 from edgetrain.errors import BudgetError, ConfigError
 from edgetrain.runs import RunDir, seed_everything
+
+#: config.json's ``command`` for a local run (older run directories have none)
+COMMAND = "run"
 
 
 @dataclass
@@ -88,6 +100,7 @@ def run_local(
     on_epoch: Callable[[EpochMetrics], None] | None = None,
     on_step: Callable[[int, int], None] | None = None,
     run_name: str | None = None,
+    resume_dir: str | Path | None = None,
 ) -> LocalRunResult:
     """Train ``config.model`` on ``config.data`` and write the run directory.
 
@@ -96,9 +109,14 @@ def run_local(
     events go to ``metrics.jsonl``, each plan to ``plan-<n>.json``, a summary to
     ``result.json``.  A budget no plan reaches after some epochs (the predictor's budget
     fell) saves the weights trained so far before the :class:`BudgetError` propagates.
+
+    ``resume_dir``: continue that run directory from its newest checkpoint (``config`` is
+    its own, :func:`read_run_config`, possibly with another budget; see
+    :func:`resume_local`).
     """
     start = time.perf_counter()
     spec = budget_spec(config)
+    resumed = _Resume.open(resume_dir, config) if resume_dir is not None else None
     generator = seed_everything(config.seed)
     dataset = data_mod.load(config.data.name, **config.data.options)
     train_ds, test_ds = dataset.train_test_split(
@@ -114,13 +132,18 @@ def run_local(
     model = models_mod.build(config.model.name, **options)
     params = sum(p.numel() for p in model.parameters())
 
-    run = RunDir.unique(run_name or config.name, config.output_root)
-    run.write_config(
-        {
-            "config": config.model_dump(),
-            "resolved": {"model_options": options, "data_source": dataset.source},
-        }
-    )
+    if resumed is None:
+        run = RunDir.unique(run_name or config.name, config.output_root)
+        run.write_config(
+            {
+                "command": COMMAND,
+                "config": config.model_dump(),
+                "resolved": {"model_options": options, "data_source": dataset.source},
+            }
+        )
+    else:
+        run = resumed.run
+        resumed.begin(config)
 
     def _log(m: EpochMetrics) -> None:
         run.log_metrics({"event": "epoch", **m.to_dict()})
@@ -131,7 +154,12 @@ def run_local(
     if spec is not None:
         from edgetrain.engine.budget.train import BudgetedTraining
 
-        stepper = BudgetedTraining(spec, log=run.log_metrics, plan_dir=run.ensure().path)
+        stepper = BudgetedTraining(
+            spec,
+            log=run.log_metrics,
+            plan_dir=run.ensure().path,
+            plan_offset=resumed.plans if resumed is not None else 0,
+        )
     done: list[EpochMetrics] = []
 
     def _epoch_done(m: EpochMetrics) -> None:
@@ -157,24 +185,21 @@ def run_local(
             on_epoch=_epoch_done,
             on_step=on_step,
             stepper=stepper,
+            checkpoint_dir=run.path,
+            checkpoint_every=t.checkpoint_every,
+            resume_from=resumed.checkpoint if resumed is not None else None,
         )
-    except BudgetError as exc:
-        if not done:  # nothing trained: leave no run directory behind (this call made it)
-            shutil.rmtree(run.path, ignore_errors=True)
+    except BaseException as exc:
+        if done:
+            if isinstance(exc, BudgetError):
+                before = resumed.checkpoint.epoch if resumed is not None else 0
+                raise _stopped(exc, run, model, config, before + len(done)) from None
             raise
-        path = run.save_model(
-            model.state_dict(),
-            metadata={
-                "model": config.model.name,
-                "seed": str(config.seed),
-                "epochs_done": str(len(done)),
-                "stopped": "budget",
-            },
-        )
-        raise BudgetError(
-            f"{exc} -- the weights after epoch {len(done)} are in {path}, its metrics in "
-            f"{run.path / 'metrics.jsonl'}"
-        ) from None
+        if resumed is not None:  # nothing trained in this session: the run is as it was
+            resumed.undo()
+        elif isinstance(exc, BudgetError):  # nothing trained: leave no run directory behind
+            shutil.rmtree(run.path, ignore_errors=True)
+        raise
     run.save_model(
         model.state_dict(),
         metadata={"model": config.model.name, "seed": str(config.seed)},
@@ -191,7 +216,162 @@ def run_local(
         params=params,
         wall_seconds=time.perf_counter() - start,
     )
+    if resumed is not None:
+        result.extra["resumed_after_epoch"] = resumed.checkpoint.epoch
     if stepper is not None:
         result.extra["budget"] = stepper.summary()
     run.write_json("result.json", result.to_json())
     return result
+
+
+def _stopped(exc: BudgetError, run: RunDir, model: torch.nn.Module, config, epochs: int):
+    """The BudgetError of a run stopped after ``epochs`` epochs, its weights saved first."""
+    path = run.save_model(
+        model.state_dict(),
+        metadata={
+            "model": config.model.name,
+            "seed": str(config.seed),
+            "epochs_done": str(epochs),
+            "stopped": "budget",
+        },
+    )
+    saved = complete_checkpoints(run.path)
+    more = (
+        f"; `edgetrain run --resume {run.path} --budget LIMIT` continues from {saved[-1].name}"
+        if saved
+        else ""
+    )
+    return BudgetError(
+        f"{exc} -- the weights after epoch {epochs} are in {path}, its metrics in "
+        f"{run.path / RunDir.METRICS}{more}"
+    )
+
+
+def read_run_config(run_dir: str | Path) -> RunConfig:
+    """The validated config a local run directory (``edgetrain run``) was started with."""
+    where = Path(run_dir)
+    accepted = "--resume takes a run directory made by `edgetrain run` or `edgetrain demo`"
+    if not where.is_dir():
+        raise ConfigError(f"run directory {where} does not exist or is not a directory; {accepted}")
+    path = where / RunDir.CONFIG
+    if not path.is_file():
+        raise ConfigError(f"{where} is not a run directory (no {RunDir.CONFIG}); {accepted}")
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        raise ConfigError(f"{path} is not readable JSON ({exc}); {accepted}") from None
+    if (
+        not isinstance(data, dict)
+        or data.get("command", COMMAND) != COMMAND
+        or not isinstance(data.get("config"), dict)
+    ):
+        kind = data.get("command") if isinstance(data, dict) else None
+        made = f" (made by `edgetrain {kind}`)" if isinstance(kind, str) else ""
+        raise ConfigError(
+            f"{path} is not a local run's config{made}: expected an object with 'config' as "
+            f"`edgetrain run` writes it; {accepted}"
+        )
+    return parse_config(data["config"], str(path))
+
+
+def resume_local(
+    run_dir: str | Path,
+    *,
+    budget: str | None = None,
+    budget_method: str | None = None,
+    on_epoch: Callable[[EpochMetrics], None] | None = None,
+    on_step: Callable[[int, int], None] | None = None,
+) -> LocalRunResult:
+    """Continue the local run in ``run_dir`` from its newest checkpoint.
+
+    ``budget`` / ``budget_method`` replace the budget section's limit / method for the
+    epochs still to train (``edgetrain run --resume DIR --budget 0.3``); the rest of the
+    config is the run's own.  The result's history holds every epoch of the run."""
+    config = read_run_config(run_dir)
+    if budget is not None or budget_method is not None:
+        config = with_budget(config, limit=budget, method=budget_method)
+    return run_local(config, on_epoch=on_epoch, on_step=on_step, resume_dir=run_dir)
+
+
+@dataclass
+class _Resume:
+    """A run directory being continued: its checkpoint, and its files as they were, so
+    a resume that trains nothing (a budget no plan reaches, a checkpoint that does not
+    match) leaves the directory unchanged."""
+
+    run: RunDir
+    checkpoint: Checkpoint
+    config_text: str
+    metrics_text: str
+    #: plans the run made before the checkpoint (``plan-<n>.json`` continue from it)
+    plans: int = 0
+
+    @classmethod
+    def open(cls, run_dir: str | Path, config: RunConfig) -> _Resume:
+        read_run_config(run_dir)  # the same checks as resume_local's
+        run = RunDir(Path(run_dir))
+        ckpt = latest_checkpoint(run.path)
+        if ckpt is None:
+            raise ConfigError(
+                f"{run.path} holds no complete checkpoint to resume from (expected "
+                "checkpoints/epoch-NNNN/state.json; a run writes one every "
+                "train.checkpoint_every epochs unless that is 0); start the run again"
+            )
+        if ckpt.epoch >= config.train.epochs:
+            raise ConfigError(
+                f"{run.path}: its checkpoint is after epoch {ckpt.epoch} of "
+                f"{config.train.epochs}; the run is finished and there is nothing to resume"
+            )
+        metrics = run.path / RunDir.METRICS
+        return cls(
+            run,
+            ckpt,
+            (run.path / RunDir.CONFIG).read_text(),
+            metrics.read_text() if metrics.is_file() else "",
+        )
+
+    def begin(self, config: RunConfig) -> None:
+        """Record the resume: config.json gets the config it continues with (and the list
+        of resumes); metrics.jsonl drops what came after the checkpoint (the epochs a crash
+        cut short), gains any checkpointed epoch it lacks and a ``resume`` event."""
+        k = self.checkpoint.epoch
+        kept = [r for r in self.run.read_metrics(torn_tail=True) if _before_checkpoint(r, k)]
+        logged = {r.get("epoch") for r in kept if r.get("event") == "epoch"}
+        kept += [
+            {"event": "epoch", **m} for m in self.checkpoint.metrics if m["epoch"] not in logged
+        ]
+        self.plans = 1 + max(
+            (int(r["plan"]) for r in kept if r.get("event") == "plan" and "plan" in r),
+            default=-1,
+        )
+        budget = config.budget.model_dump() if config.budget is not None else None
+        kept.append({"event": "resume", "after_epoch": k, "budget": budget})
+        meta = json.loads(self.config_text)
+        meta["config"] = config.model_dump()
+        meta.setdefault("resumed", []).append({"after_epoch": k, "budget": budget})
+        self.run.write_config(meta)
+        _replace_text(
+            self.run.path / RunDir.METRICS,
+            "".join(json.dumps(r, sort_keys=True) + "\n" for r in kept),
+        )
+
+    def undo(self) -> None:
+        _replace_text(self.run.path / RunDir.CONFIG, self.config_text)
+        _replace_text(self.run.path / RunDir.METRICS, self.metrics_text)
+
+
+def _before_checkpoint(row: dict[str, Any], k: int) -> bool:
+    """Whether a metrics.jsonl record of a run belongs to its first ``k`` epochs: their
+    ``epoch`` and ``budget`` records, the plans made before epoch ``k`` ended (a plan made
+    after it is made again on resume), earlier resumes."""
+    event = row.get("event")
+    at = row.get("after_epoch") if event == "resume" else row.get("epoch")
+    if not isinstance(at, int):
+        return True
+    return at < k if event == "plan" else at <= k
+
+
+def _replace_text(path: Path, text: str) -> None:
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(text)
+    tmp.replace(path)

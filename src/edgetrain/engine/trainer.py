@@ -11,12 +11,14 @@ import contextlib
 import math
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
 from typing import Any, Protocol
 
 import torch
 from torch import nn
 
+from edgetrain.checkpoint import Checkpoint, restore_checkpoint, save_checkpoint
 from edgetrain.errors import ConfigError
 
 
@@ -32,6 +34,18 @@ class EpochMetrics:
 
     def to_dict(self) -> dict:
         return asdict(self)
+
+    @classmethod
+    def from_dict(cls, row: dict[str, Any]) -> EpochMetrics:
+        """The metrics of :meth:`to_dict` (a checkpoint's record); a non-finite loss,
+        which JSON holds as null, comes back as NaN."""
+        values = {f.name: row[f.name] for f in fields(cls)}
+        return cls(
+            **{
+                k: int(v) if k == "epoch" else float("nan") if v is None else float(v)
+                for k, v in values.items()
+            }
+        )
 
 
 class Stepper(Protocol):
@@ -157,6 +171,9 @@ def train_classifier(
     on_epoch: Callable[[EpochMetrics], None] | None = None,
     on_step: Callable[[int, int], None] | None = None,
     stepper: Stepper | None = None,
+    checkpoint_dir: str | Path | None = None,
+    checkpoint_every: int = 1,
+    resume_from: Checkpoint | None = None,
 ) -> list[EpochMetrics]:
     """Train with cross-entropy; return one :class:`EpochMetrics` per epoch.
 
@@ -164,7 +181,20 @@ def train_classifier(
     epoch's metrics as soon as they are known (for metrics.jsonl and progress bars).
     ``stepper``: runs every step instead of :func:`train_step`; its ``close`` before each
     evaluation and at the end (also on an error), its ``end_epoch`` after ``on_epoch``.
+
+    ``checkpoint_dir``: after every ``checkpoint_every``-th epoch and the last, the
+    model, the optimizer's state, the step and every RNG are written there
+    (:mod:`edgetrain.checkpoint`), before ``on_epoch`` is called, so a crash loses at most
+    the epochs since; ``checkpoint_every=0`` writes none.  ``resume_from`` (e.g.
+    :func:`edgetrain.checkpoint.latest_checkpoint` of a run directory) continues after its
+    epoch: the run ends with the same metrics and weights as one never interrupted, and
+    the returned history holds the checkpoint's epochs too.
     """
+    if checkpoint_every < 0:
+        raise ConfigError(f"checkpoint_every must be >= 0 (got {checkpoint_every}); 0 writes none")
+    # without a generator the batch order comes from torch's global RNG, which a
+    # checkpoint holds too; the file format keeps a generator state either way
+    rng = generator if generator is not None else torch.Generator()
     with contextlib.ExitStack() as cleanup:
         if stepper is not None:
             cleanup.callback(stepper.close)
@@ -175,8 +205,18 @@ def train_classifier(
         total_steps = epochs * steps_per_epoch
         final = final_lr if final_lr is not None else lr * 0.05
         history: list[EpochMetrics] = []
-        step = 0
-        for epoch in range(1, epochs + 1):
+        step, first = 0, 1
+        if resume_from is not None:
+            ckpt = resume_from
+            if ckpt.epoch >= epochs:
+                raise ConfigError(
+                    f"checkpoint {ckpt.path} is after epoch {ckpt.epoch} of {epochs}: the run "
+                    "is finished and there is nothing to resume"
+                )
+            restore_checkpoint(ckpt, model=model, optimizer=opt, generator=rng, strategy="full")
+            history = [EpochMetrics.from_dict(m) for m in ckpt.metrics]
+            step, first = ckpt.step, ckpt.epoch + 1
+        for epoch in range(first, epochs + 1):
             model.train()
             start = time.perf_counter()
             loss_sum, correct, seen = 0.0, 0, 0
@@ -213,6 +253,21 @@ def train_classifier(
                 seconds=time.perf_counter() - start,
             )
             history.append(metrics)
+            if (
+                checkpoint_dir is not None
+                and checkpoint_every
+                and (epoch % checkpoint_every == 0 or epoch == epochs)
+            ):
+                save_checkpoint(
+                    checkpoint_dir,
+                    epoch=epoch,
+                    step=step,
+                    strategy="full",
+                    model=model,
+                    optimizer=opt,
+                    generator=rng,
+                    metrics=[m.to_dict() for m in history],
+                )
             if on_epoch is not None:
                 on_epoch(metrics)
             if stepper is not None:

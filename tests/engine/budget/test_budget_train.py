@@ -135,6 +135,7 @@ def test_a_budget_that_falls_below_every_plan_keeps_the_trained_epochs(tmp_path)
     msg = str(info.value)
     assert "after epoch 2" in msg and "M_pred" in msg and "500,000 B" in msg
     assert "smallest plan method 'hybrid' reaches" in msg and "model.safetensors" in msg
+    assert "`edgetrain run --resume" in msg and "continues from epoch-0002" in msg
     (run_dir,) = [p for p in tmp_path.iterdir() if p.is_dir()]
     assert [e["epoch"] for e in _events(run_dir, "epoch")] == [1, 2]
     assert read_metadata(run_dir / "model.safetensors")["epochs_done"] == "2"

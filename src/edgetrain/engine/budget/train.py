@@ -218,6 +218,11 @@ class BudgetedTraining:
     predicted_budget_bytes: int | None = None
     plans: list[dict[str, Any]] = field(default_factory=list)
     epochs: list[dict[str, Any]] = field(default_factory=list)
+    #: the number of this stepper's first plan: a resumed run continues the numbering of
+    #: its ``plan-<n>.json`` files and ``plan`` events
+    plan_offset: int = 0
+    #: the epochs finished before this stepper's first (a resumed run's checkpoint)
+    _before: int = 0
     _predictor: BudgetPredictor | None = None
     _fast: PlanExecutor | None = None
     _epoch: _Epoch = field(default_factory=_Epoch)
@@ -253,7 +258,7 @@ class BudgetedTraining:
         if self.sampler is not None:
             self._predictor = BudgetPredictor(window=self.spec.samples_per_epoch)
             self._observe()
-        self._replan(epoch=0, reason="start", since=t0)
+        self._replan(epoch=self._before, reason="start" if not self._before else "resume", since=t0)
         return self.plan
 
     def _limit_bytes(self) -> int | None:
@@ -304,7 +309,7 @@ class BudgetedTraining:
             "event": "plan",
             "epoch": epoch,
             "reason": reason,
-            "plan": len(self.plans),
+            "plan": self.plan_offset + len(self.plans),
             "method": self.spec.method,
             "scope": self.spec.scope,
             "budget_bytes": budget,
@@ -316,7 +321,7 @@ class BudgetedTraining:
             "seconds": time.perf_counter() - since,
         }
         if self.plan_dir is not None:
-            path = Path(self.plan_dir) / f"plan-{len(self.plans)}.json"
+            path = Path(self.plan_dir) / f"plan-{self.plan_offset + len(self.plans)}.json"
             p.save(path)
             row["plan_file"] = path.name
         self.plans.append(row)
@@ -331,6 +336,8 @@ class BudgetedTraining:
 
     # -- the trainer's calls -------------------------------------------------------
     def begin_epoch(self, epoch: int, steps: int) -> None:
+        if self.profile is None:  # the first epoch this stepper runs (after a resume: not 1)
+            self._before = epoch - 1
         self._epoch = _Epoch()
         if self._last_sample is not None:
             self._epoch.faults_at_start = (
@@ -390,7 +397,7 @@ class BudgetedTraining:
         row: dict[str, Any] = {
             "event": "budget",
             "epoch": epoch,
-            "plan": len(self.plans) - 1,
+            "plan": self.plan_offset + len(self.plans) - 1,
             "budget_bytes": self.budget_bytes,
             "scope": self.spec.scope,
             "measured_peak_bytes": e.measured_peak,
@@ -433,7 +440,8 @@ class BudgetedTraining:
 
     def summary(self) -> dict[str, Any]:
         """What ``result.json`` records of the budget."""
-        last = [r["measured_peak_bytes"] for r in self.epochs if r["plan"] == len(self.plans) - 1]
+        now = self.plan_offset + len(self.plans) - 1
+        last = [r["measured_peak_bytes"] for r in self.epochs if r["plan"] == now]
         return {
             "method": self.spec.method,
             "scope": self.spec.scope,
