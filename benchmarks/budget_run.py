@@ -11,29 +11,93 @@ and prints per run:
 * the measured peak of the budget's scope (the first step of each epoch, in the real
   training step) over the budget, the most of any epoch;
 * time: the median epoch's wall seconds over the unplanned run's median epoch (epoch 1
-  is left out, it holds the profiling), and the profiling + planning seconds.
+  is left out, it holds the profiling), and the profiling + planning seconds;
+* the per-epoch checkpoint (model, Adam's state, RNG; ``edgetrain run --resume``): its
+  size and the median seconds to write it, beside the median epoch;
+* with ``--resume-check``: each budgeted run once more, stopped in the first step of its
+  middle epoch and continued with :func:`resume_local` (a new profile and plan), and
+  whether its losses and final weights equal the uninterrupted run's.
 
 Runs are sequential in one process, torch pinned to one thread; the ratio of medians over
 epochs is what to read (the machine is shared).
 
     OMP_NUM_THREADS=1 .venv/bin/python benchmarks/budget_run.py [--quick] [--json]
         [--model mobilenetv2 --width 1.0 --data mnist5k --epochs 4 --batch 32 --lr 0.002]
-        [--budgets 0.5,0.3 --methods recompute,hybrid --scope saved]
+        [--budgets 0.5,0.3 --methods recompute,hybrid --scope saved] [--resume-check]
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import statistics
 import sys
 import tempfile
+import time
 
 import torch
 
+import edgetrain.engine.trainer as trainer
 from edgetrain.config import parse_config
-from edgetrain.engine.local import run_local
+from edgetrain.engine.local import resume_local, run_local
 from edgetrain.runs import load_state
+
+
+class _Stop(Exception):
+    """Stands for the process dying mid-run (``--resume-check``)."""
+
+
+#: seconds of every checkpoint write, per run (the trainer's save_checkpoint, timed)
+_CKPT_S: list[float] = []
+_save = trainer.save_checkpoint
+
+
+def _timed_save(*args, **kwargs):
+    t0 = time.perf_counter()
+    try:
+        return _save(*args, **kwargs)
+    finally:
+        _CKPT_S.append(time.perf_counter() - t0)
+
+
+def _checkpoint_cost(run_dir) -> dict:
+    """The run's checkpoint writes: median seconds, and the size of the last one."""
+    size = sum(f.stat().st_size for f in (run_dir / "checkpoints").rglob("*") if f.is_file())
+    out = {
+        "checkpoint_s": statistics.median(_CKPT_S) if _CKPT_S else None,
+        "checkpoint_mb": size / 1e6,
+    }
+    _CKPT_S.clear()
+    return out
+
+
+def _same_run(a, b) -> bool:
+    """Every epoch's losses and the final weights of two runs are equal."""
+    sa = load_state(a.run_dir / "model.safetensors")
+    sb = load_state(b.run_dir / "model.safetensors")
+    return (
+        [(m.train_loss, m.test_loss) for m in a.history]
+        == [(m.train_loss, m.test_loss) for m in b.history]
+        and sa.keys() == sb.keys()
+        and all(torch.equal(sa[k], sb[k]) for k in sa)
+    )
+
+
+def _stopped_and_resumed(config):
+    """``config``'s run, stopped in the first step of its middle epoch, then resumed."""
+    stop_at = None
+
+    def on_step(done, total):
+        nonlocal stop_at
+        per_epoch = total // config.train.epochs
+        stop_at = stop_at or per_epoch * (config.train.epochs // 2) + 1
+        if done == stop_at:
+            raise _Stop
+
+    with contextlib.suppress(_Stop):
+        run_local(config, on_step=on_step)
+    return resume_local(f"{config.output_root}/{config.name}")
 
 
 def _config(root, name, a, budget=None):
@@ -62,6 +126,7 @@ def _median_epoch_s(result) -> float:
 
 def run(a) -> dict:
     torch.set_num_threads(1)
+    trainer.save_checkpoint = _timed_save
     root = tempfile.mkdtemp(prefix="edgetrain-budget-run-")
     base = run_local(_config(root, "none", a))
     base_state = load_state(base.run_dir / "model.safetensors")
@@ -74,6 +139,7 @@ def run(a) -> dict:
             "test_loss": base.test_loss,
             "epoch_s": base_epoch,
             "time_ratio": 1.0,
+            **_checkpoint_cost(base.run_dir),
         }
     ]
     for method in a.methods.split(","):
@@ -81,6 +147,7 @@ def run(a) -> dict:
             spec = {"limit": float(b) if b.replace(".", "", 1).isdigit() else b}
             spec.update(method=method, scope=a.scope)
             r = run_local(_config(root, f"{method}-{b}", a, spec))
+            cost = _checkpoint_cost(r.run_dir)
             plan = _events(r.run_dir, "plan")[0]
             epochs = _events(r.run_dir, "budget")
             state = load_state(r.run_dir / "model.safetensors")
@@ -108,8 +175,13 @@ def run(a) -> dict:
                     "time_ratio": _median_epoch_s(r) / base_epoch,
                     "plan_s": plan["seconds"],
                     "predicted_overhead_s": plan["predicted_overhead_s"],
+                    **cost,
                 }
             )
+            if a.resume_check:
+                resumed = _stopped_and_resumed(_config(root, f"{method}-{b}-resumed", a, spec))
+                _CKPT_S.clear()
+                rows[-1]["resumed_identical"] = _same_run(resumed, r)
     return {
         "model": a.model,
         "width_mult": a.width,
@@ -129,16 +201,20 @@ def print_table(out: dict) -> None:
     )
     print(
         f"{'method':<10} {'budget':>7} {'peak/budget':>11} {'accuracy':>9} {'exact':>6} "
-        f"{'epoch s':>8} {'time x':>7} {'plan s':>7}  decisions"
+        f"{'epoch s':>8} {'time x':>7} {'plan s':>7} {'ckpt s':>7} {'ckpt MB':>8} "
+        f"{'resumed':>8}  decisions"
     )
     for r in out["rows"]:
         pb = f"{r['peak_to_budget']:.3f}" if "peak_to_budget" in r else "-"
         ex = "-" if r["method"] == "none" else ("yes" if r["bit_identical"] else "no")
         ps = f"{r['plan_s']:.1f}" if "plan_s" in r else "-"
+        cs = f"{r['checkpoint_s']:.2f}" if r.get("checkpoint_s") is not None else "-"
+        rs = {True: "same", False: "differs"}.get(r.get("resumed_identical"), "-")
         dec = ", ".join(f"{k} {v}" for k, v in r.get("decisions", {}).items())
         print(
             f"{r['method']:<10} {r['budget'] or '-':>7} {pb:>11} {r['accuracy']:>9.4f} {ex:>6} "
-            f"{r['epoch_s']:>8.2f} {r['time_ratio']:>7.3f} {ps:>7}  {dec}"
+            f"{r['epoch_s']:>8.2f} {r['time_ratio']:>7.3f} {ps:>7} {cs:>7} "
+            f"{r['checkpoint_mb']:>8.1f} {rs:>8}  {dec}"
         )
 
 
@@ -154,6 +230,11 @@ def main(argv=None) -> int:
     p.add_argument("--methods", default="recompute,hybrid")
     p.add_argument("--scope", default="saved", choices=["saved", "all"])
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument(
+        "--resume-check",
+        action="store_true",
+        help="also stop each budgeted run mid-way, resume it, compare with the whole run",
+    )
     p.add_argument("--quick", action="store_true", help="width 0.35 on digits, 2 epochs")
     p.add_argument("--json", action="store_true")
     a = p.parse_args(argv)
