@@ -1,9 +1,11 @@
 """The fine-tuning loop: the protocol, a checkpoint after every epoch, exact resume.
 
 Reuses the engine's pieces (optimizer factory, seeded batch order, evaluation,
-cosine schedule) but owns the loop, because resuming needs the step counter, the
-optimizer state and every RNG to continue exactly where they stopped: a resumed
-run ends with the same metrics as one that was never interrupted.
+cosine schedule, :mod:`edgetrain.checkpoint`, as
+:func:`edgetrain.engine.trainer.train_classifier` does) but owns the loop, because the
+protocol evaluates only some epochs (the averaged last ones, every ``eval_every``-th) and
+may step the trained suffix on cached prefix activations.  A resumed run ends with the
+same metrics as one that was never interrupted.
 
 With a :class:`PrefixCache` (see :mod:`edgetrain.transfer.prefix`) the steps run the
 trained suffix on cached frozen-prefix activations instead of the whole model on raw
