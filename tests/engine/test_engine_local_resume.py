@@ -221,3 +221,36 @@ def test_edgetrain_run_resume(tmp_path, capsys, whole):
     assert code == 2 and "do not combine it with a CONFIG file" in err
     code, err = run_cli(["run"], capsys)
     assert code == 2 and "needs a CONFIG file" in err
+
+
+def test_ctrl_c_in_edgetrain_run_names_the_checkpoint_and_the_run_resumes(
+    tmp_path, capsys, monkeypatch, whole
+):
+    import edgetrain.engine.local as local
+
+    real = local.train_classifier
+
+    def ctrl_c_after_epoch_2(*args, on_epoch=None, **kwargs):
+        def stop(m):
+            on_epoch(m)
+            if m.epoch == 2:
+                raise KeyboardInterrupt
+
+        return real(*args, on_epoch=stop, **kwargs)
+
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(
+        f"name: r\noutput_root: {tmp_path}\nseed: 3\nmodel: {{name: lenet}}\n"
+        "data: {name: basicmotions, test_fraction: 0.25}\n"
+        "train: {epochs: 4, batch_size: 8, lr: 0.003, optimizer: adam, schedule: cosine}\n"
+    )
+    with monkeypatch.context() as m:
+        m.setattr(local, "train_classifier", ctrl_c_after_epoch_2)
+        code, err = run_cli(["run", str(cfg), "--json"], capsys)  # --json: no progress bar
+    run_dir = tmp_path / "r"
+    assert code == 130
+    assert err.strip() == f"interrupted; the last checkpoint (epoch 2) is in {run_dir}"
+    code, err = run_cli(["run", "--resume", str(run_dir)], capsys)
+    assert code == 0, err
+    _same_weights(run_dir, whole.run_dir)
+    assert [r["test_loss"] for r in _rows(run_dir, "epoch")] == [m.test_loss for m in whole.history]
