@@ -29,8 +29,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from edgetrain.errors import ModelError
-from edgetrain.runs import _jsonable, load_into, load_state, note_checkpoint, save_state
+from edgetrain.errors import ConfigError, ModelError
+from edgetrain.runs import RunDir, _jsonable, load_into, load_state, note_checkpoint, save_state
 
 CHECKPOINTS = "checkpoints"
 TENSORS = "state.safetensors"
@@ -246,3 +246,87 @@ def restore_checkpoint(
     )
     py = ckpt.meta["rng"]["python"]
     random.setstate((py[0], tuple(py[1]), py[2]))
+
+
+@dataclass
+class Resumption:
+    """A run directory being continued from its newest checkpoint (``edgetrain run
+    --resume``, ``edgetrain pretrain --resume``), with its files as they were, so that a
+    resume which trains nothing (a budget no plan reaches, a checkpoint that does not
+    match the model) can leave the directory byte for byte unchanged (:meth:`undo`)."""
+
+    run: RunDir
+    checkpoint: Checkpoint
+    config_text: str
+    metrics_text: str
+
+    @classmethod
+    def open(cls, run_dir: str | Path, epochs: int) -> Resumption:
+        """The newest checkpoint of ``run_dir`` (whose config.json the caller checked), or
+        a ConfigError when there is none or the run already trained its ``epochs``."""
+        run = RunDir(Path(run_dir))
+        ckpt = latest_checkpoint(run.path)
+        if ckpt is None:
+            raise ConfigError(
+                f"{run.path} holds no complete checkpoint to resume from (expected "
+                f"{CHECKPOINTS}/epoch-NNNN/{META}, written after each checkpointed epoch; "
+                "`edgetrain run` skips them with train.checkpoint_every 0); start the run again"
+            )
+        if ckpt.epoch >= epochs:
+            raise ConfigError(
+                f"{run.path}: its checkpoint is after epoch {ckpt.epoch} of {epochs}; the run "
+                "is finished and there is nothing to resume"
+            )
+        metrics = run.path / RunDir.METRICS
+        return cls(
+            run,
+            ckpt,
+            (run.path / RunDir.CONFIG).read_text(),
+            metrics.read_text() if metrics.is_file() else "",
+        )
+
+    def begin(self, config: dict[str, Any], event: dict[str, Any]) -> list[dict[str, Any]]:
+        """Record the resume and return ``metrics.jsonl``'s records up to the checkpoint.
+
+        config.json gets ``config``'s keys (the settings the run continues with) and an
+        entry in its ``resumed`` list; metrics.jsonl drops what came after the checkpoint
+        (the epochs a crash cut short, a torn last line), gains any checkpointed epoch it
+        lacks and a ``resume`` event (``after_epoch`` and ``event``'s fields)."""
+        k = self.checkpoint.epoch
+        kept = [r for r in self.run.read_metrics(torn_tail=True) if _before(r, k)]
+        logged = {r.get("epoch") for r in kept if r.get("event") == "epoch"}
+        kept += [
+            {"event": "epoch", **m} for m in self.checkpoint.metrics if m["epoch"] not in logged
+        ]
+        meta = json.loads(self.config_text)
+        meta.update(config)
+        meta.setdefault("resumed", []).append({"after_epoch": k, **event})
+        self.run.write_config(meta)
+        rows = [*kept, {"event": "resume", "after_epoch": k, **event}]
+        _replace_text(
+            self.run.path / RunDir.METRICS,
+            "".join(json.dumps(_jsonable(r), sort_keys=True) + "\n" for r in rows),
+        )
+        return kept
+
+    def undo(self) -> None:
+        """Put config.json and metrics.jsonl back as they were before :meth:`begin`."""
+        _replace_text(self.run.path / RunDir.CONFIG, self.config_text)
+        _replace_text(self.run.path / RunDir.METRICS, self.metrics_text)
+
+
+def _before(row: dict[str, Any], k: int) -> bool:
+    """Whether a metrics.jsonl record belongs to a run's first ``k`` epochs: their
+    ``epoch`` and ``budget`` records, the plans made before epoch ``k`` ended (a plan made
+    after it is made again on resume), earlier resumes, records without an epoch."""
+    event = row.get("event")
+    at = row.get("after_epoch") if event == "resume" else row.get("epoch")
+    if not isinstance(at, int):
+        return True
+    return at < k if event == "plan" else at <= k
+
+
+def _replace_text(path: Path, text: str) -> None:
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(text)
+    tmp.replace(path)

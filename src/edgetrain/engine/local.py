@@ -24,7 +24,7 @@ import torch
 
 from edgetrain import data as data_mod
 from edgetrain import models as models_mod
-from edgetrain.checkpoint import Checkpoint, complete_checkpoints, latest_checkpoint
+from edgetrain.checkpoint import Resumption, complete_checkpoints
 from edgetrain.config import RunConfig, parse_config, with_budget
 from edgetrain.engine.trainer import EpochMetrics, train_classifier
 from edgetrain.errors import BudgetError, ConfigError
@@ -116,7 +116,10 @@ def run_local(
     """
     start = time.perf_counter()
     spec = budget_spec(config)
-    resumed = _Resume.open(resume_dir, config) if resume_dir is not None else None
+    resumed, plans = None, 0  # plans: made before the checkpoint (plan-<n>.json go on)
+    if resume_dir is not None:
+        read_run_config(resume_dir)  # the same checks as resume_local's
+        resumed = Resumption.open(resume_dir, config.train.epochs)
     generator = seed_everything(config.seed)
     dataset = data_mod.load(config.data.name, **config.data.options)
     train_ds, test_ds = dataset.train_test_split(
@@ -143,7 +146,12 @@ def run_local(
         )
     else:
         run = resumed.run
-        resumed.begin(config)
+        budget = config.budget.model_dump() if config.budget is not None else None
+        rows = resumed.begin({"config": config.model_dump()}, {"budget": budget})
+        plans = 1 + max(
+            (int(r["plan"]) for r in rows if r.get("event") == "plan" and "plan" in r),
+            default=-1,
+        )
 
     def _log(m: EpochMetrics) -> None:
         run.log_metrics({"event": "epoch", **m.to_dict()})
@@ -158,7 +166,7 @@ def run_local(
             spec,
             log=run.log_metrics,
             plan_dir=run.ensure().path,
-            plan_offset=resumed.plans if resumed is not None else 0,
+            plan_offset=plans,
         )
     done: list[EpochMetrics] = []
 
@@ -291,87 +299,3 @@ def resume_local(
     if budget is not None or budget_method is not None:
         config = with_budget(config, limit=budget, method=budget_method)
     return run_local(config, on_epoch=on_epoch, on_step=on_step, resume_dir=run_dir)
-
-
-@dataclass
-class _Resume:
-    """A run directory being continued: its checkpoint, and its files as they were, so
-    a resume that trains nothing (a budget no plan reaches, a checkpoint that does not
-    match) leaves the directory unchanged."""
-
-    run: RunDir
-    checkpoint: Checkpoint
-    config_text: str
-    metrics_text: str
-    #: plans the run made before the checkpoint (``plan-<n>.json`` continue from it)
-    plans: int = 0
-
-    @classmethod
-    def open(cls, run_dir: str | Path, config: RunConfig) -> _Resume:
-        read_run_config(run_dir)  # the same checks as resume_local's
-        run = RunDir(Path(run_dir))
-        ckpt = latest_checkpoint(run.path)
-        if ckpt is None:
-            raise ConfigError(
-                f"{run.path} holds no complete checkpoint to resume from (expected "
-                "checkpoints/epoch-NNNN/state.json; a run writes one every "
-                "train.checkpoint_every epochs unless that is 0); start the run again"
-            )
-        if ckpt.epoch >= config.train.epochs:
-            raise ConfigError(
-                f"{run.path}: its checkpoint is after epoch {ckpt.epoch} of "
-                f"{config.train.epochs}; the run is finished and there is nothing to resume"
-            )
-        metrics = run.path / RunDir.METRICS
-        return cls(
-            run,
-            ckpt,
-            (run.path / RunDir.CONFIG).read_text(),
-            metrics.read_text() if metrics.is_file() else "",
-        )
-
-    def begin(self, config: RunConfig) -> None:
-        """Record the resume: config.json gets the config it continues with (and the list
-        of resumes); metrics.jsonl drops what came after the checkpoint (the epochs a crash
-        cut short), gains any checkpointed epoch it lacks and a ``resume`` event."""
-        k = self.checkpoint.epoch
-        kept = [r for r in self.run.read_metrics(torn_tail=True) if _before_checkpoint(r, k)]
-        logged = {r.get("epoch") for r in kept if r.get("event") == "epoch"}
-        kept += [
-            {"event": "epoch", **m} for m in self.checkpoint.metrics if m["epoch"] not in logged
-        ]
-        self.plans = 1 + max(
-            (int(r["plan"]) for r in kept if r.get("event") == "plan" and "plan" in r),
-            default=-1,
-        )
-        budget = config.budget.model_dump() if config.budget is not None else None
-        kept.append({"event": "resume", "after_epoch": k, "budget": budget})
-        meta = json.loads(self.config_text)
-        meta["config"] = config.model_dump()
-        meta.setdefault("resumed", []).append({"after_epoch": k, "budget": budget})
-        self.run.write_config(meta)
-        _replace_text(
-            self.run.path / RunDir.METRICS,
-            "".join(json.dumps(r, sort_keys=True) + "\n" for r in kept),
-        )
-
-    def undo(self) -> None:
-        _replace_text(self.run.path / RunDir.CONFIG, self.config_text)
-        _replace_text(self.run.path / RunDir.METRICS, self.metrics_text)
-
-
-def _before_checkpoint(row: dict[str, Any], k: int) -> bool:
-    """Whether a metrics.jsonl record of a run belongs to its first ``k`` epochs: their
-    ``epoch`` and ``budget`` records, the plans made before epoch ``k`` ended (a plan made
-    after it is made again on resume), earlier resumes."""
-    event = row.get("event")
-    at = row.get("after_epoch") if event == "resume" else row.get("epoch")
-    if not isinstance(at, int):
-        return True
-    return at < k if event == "plan" else at <= k
-
-
-def _replace_text(path: Path, text: str) -> None:
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(text)
-    tmp.replace(path)
