@@ -210,3 +210,44 @@ def load_pretrained_keys(path):
 
     with safe_open(str(path), framework="pt") as fh:
         return list(fh.keys())
+
+
+def test_an_interrupted_pretrain_resumes_to_the_same_weights(tmp_path, source, capsys):
+    from cli_runner import run_cli
+    from edgetrain.runs import load_state
+    from edgetrain.transfer import resume_pretrain
+
+    def stop_after_epoch_1(m):
+        if m.epoch == 1:
+            raise Stop
+
+    with pytest.raises(Stop):
+        pretrain(
+            "cct2",
+            SOURCE,
+            model_options=TINY,
+            settings=PretrainSettings(epochs=2, limit=200, lr=5e-3),
+            seed=0,
+            output_root=tmp_path,
+            name="src",
+            on_epoch=stop_after_epoch_1,
+        )
+    run = tmp_path / "src"
+    assert not (run / "model.safetensors").exists()
+    code, err = run_cli(["pretrain", "--resume", str(run), "--model", "cct2"], capsys)
+    assert code == 2 and "do not combine it with --model" in err
+    result = resume_pretrain(run)
+    assert [m.test_loss for m in result.history] == [m.test_loss for m in source.history]
+    mine, theirs = (
+        load_state(run / "model.safetensors"),
+        load_state(source.run_dir / "model.safetensors"),
+    )
+    assert mine.keys() == theirs.keys() and all(torch.equal(mine[k], theirs[k]) for k in mine)
+    rows = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
+    assert [r.get("epoch", r.get("after_epoch")) for r in rows] == [1, 1, 2]  # epoch, resume, epoch
+    code, err = run_cli(["pretrain", "--resume", str(run)], capsys)
+    assert code == 2 and "nothing to resume" in err
+    (tmp_path / "other").mkdir()
+    (tmp_path / "other" / "config.json").write_text(json.dumps({"command": "chain"}))
+    code, err = run_cli(["pretrain", "--resume", str(tmp_path / "other")], capsys)
+    assert code == 2 and "made by `edgetrain chain`" in err

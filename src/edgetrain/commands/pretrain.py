@@ -12,8 +12,8 @@ from edgetrain.commands._output import print_json, print_table, step_progress
 def register(app: typer.Typer) -> None:
     @app.command("pretrain")
     def pretrain_cmd(
-        model: str = typer.Option(..., "--model", help="Zoo model name (see `edgetrain models`)."),
-        data: str = typer.Option(..., "--data", help="Source data set (see `edgetrain data`)."),
+        model: str = typer.Option(None, "--model", help="Zoo model name (see `edgetrain models`)."),
+        data: str = typer.Option(None, "--data", help="Source data set (see `edgetrain data`)."),
         data_opt: list[str] = typer.Option(
             None, "--data-opt", help="Data option KEY=VALUE (repeatable), e.g. digits=[0,1,2,3,4]."
         ),
@@ -38,15 +38,35 @@ def register(app: typer.Typer) -> None:
         name: str = typer.Option(
             None, "--name", help="Run directory name (refused if that run exists)."
         ),
+        resume: Path = typer.Option(
+            None,
+            "--resume",
+            help="Continue this interrupted pretrain run directory from its last checkpoint.",
+        ),
         json_out: bool = typer.Option(False, "--json", help="Print one JSON object."),
     ) -> None:
         """Train MODEL on a source data set; writes model.safetensors + card.json."""
         from edgetrain.errors import ConfigError
         from edgetrain.runs import RunDir
         from edgetrain.transfer.options import parse_ids, parse_options
-        from edgetrain.transfer.session import PretrainSettings, pretrain
+        from edgetrain.transfer.session import PretrainSettings, pretrain, resume_pretrain
         from edgetrain.transfer.source import DataRef
 
+        if resume is not None:
+            if model is not None or data is not None or name is not None:
+                raise ConfigError(
+                    "--resume continues a run with its saved settings; do not combine it with "
+                    "--model, --data or --name"
+                )
+            with step_progress(disable=json_out) as progress:
+                task = progress.add_task(f"pretrain, resuming {resume}", total=None, status="")
+                result = resume_pretrain(
+                    resume, on_step=lambda d, t: progress.update(task, completed=d, total=t)
+                )
+            _report(result, json_out)
+            return
+        if model is None or data is None:
+            raise ConfigError("pretrain needs --model and --data (or --resume RUN_DIR)")
         if lr <= 0:
             raise ConfigError(f"--lr {lr}: the learning rate must be > 0")
         if optimizer not in ("sgd", "sgd-momentum", "adam"):  # before the run directory exists
@@ -87,23 +107,27 @@ def register(app: typer.Typer) -> None:
                     task, status=f"epoch {m.epoch}: test acc {m.test_accuracy:.3f}"
                 ),
             )
-        out = result.to_json()
-        if json_out:
-            print_json(out)
-            return
-        print_table(
-            f"pretrained {model}",
-            [
-                {"field": k, "value": out[k]}
-                for k in ("accuracy", "trained_param_bytes", "step_time_ms", "epochs", "wall_s")
-            ],
-            ["field", "value"],
-        )
-        typer.echo(
-            f"accuracy {out['accuracy']:.4f} on {ref.describe()}, "
-            f"{out['trained_param_bytes']:,} trained parameter bytes, "
-            f"batch-1 step {out['step_time_ms']:.2f} ms on this CPU; run directory: {out['run_dir']}"
-        )
+        _report(result, json_out)
+
+
+def _report(result, json_out: bool) -> None:
+    out = result.to_json()
+    if json_out:
+        print_json(out)
+        return
+    print_table(
+        f"pretrained {out['model']}",
+        [
+            {"field": k, "value": out[k]}
+            for k in ("accuracy", "trained_param_bytes", "step_time_ms", "epochs", "wall_s")
+        ],
+        ["field", "value"],
+    )
+    typer.echo(
+        f"accuracy {out['accuracy']:.4f} on {result.card.data.describe()}, "
+        f"{out['trained_param_bytes']:,} trained parameter bytes, "
+        f"batch-1 step {out['step_time_ms']:.2f} ms on this CPU; run directory: {out['run_dir']}"
+    )
 
 
 def _schedule(value: str) -> str:

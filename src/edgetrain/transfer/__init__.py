@@ -28,6 +28,7 @@ from edgetrain.transfer.session import (
     pretrain,
     read_config,
     resume_finetune,
+    resume_pretrain,
     run_finetune,
 )
 from edgetrain.transfer.source import Card, DataRef, load_pretrained, select_groups
@@ -65,6 +66,7 @@ __all__ = [
     "read_config",
     "restore_checkpoint",
     "resume_finetune",
+    "resume_pretrain",
     "run_finetune",
     "save_checkpoint",
     "select_groups",

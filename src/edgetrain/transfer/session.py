@@ -55,6 +55,17 @@ class PretrainSettings:
     def to_json(self) -> dict[str, Any]:
         return dict(self.__dict__)
 
+    @classmethod
+    def from_json(cls, data: Any, where: str) -> PretrainSettings:
+        known = set(cls.__dataclass_fields__)
+        if not isinstance(data, dict) or set(data) - known:
+            extra = sorted(set(data) - known) if isinstance(data, dict) else data
+            raise ConfigError(
+                f"{where}: 'settings' must be an object with keys {', '.join(sorted(known))} "
+                f"as `edgetrain pretrain` writes it (unexpected: {extra})"
+            )
+        return cls(**data)
+
 
 @dataclass
 class PretrainResult:
@@ -96,12 +107,19 @@ def pretrain(
     name: str | None = None,
     on_epoch: Callable[[EpochMetrics], None] | None = None,
     on_step: Callable[[int, int], None] | None = None,
+    resume_dir: str | Path | None = None,
 ) -> PretrainResult:
-    """Train zoo ``model`` on ``data`` and save weights + card into a new run directory."""
+    """Train zoo ``model`` on ``data`` and save weights + card into a new run directory.
+
+    A checkpoint is written after every epoch (:mod:`edgetrain.checkpoint`);
+    ``resume_dir`` continues that run from its newest one (see :func:`resume_pretrain`,
+    which reads the run's own settings) and ends as a run never interrupted."""
+    from edgetrain.checkpoint import Resumption
     from edgetrain.engine.local import model_options_for
     from edgetrain.transfer.fewshot import _stratified_subsample
 
     began = time.perf_counter()
+    resumed = Resumption.open(resume_dir, settings.epochs) if resume_dir is not None else None
     generator = seed_everything(seed)
     dataset = data.load()
     train_ds, test_ds = dataset.train_test_split(settings.test_fraction, seed=seed, stratify=True)
@@ -114,38 +132,51 @@ def pretrain(
     options = model_options_for(model, dataset, dict(model_options or {}))
     net = models_mod.build(model, seed=seed, **options)
     _check_input(net, dataset, f"pretrain data {data.describe()!r}")
-    run = RunDir.unique(name or f"pretrain-{model}-{data.name}", output_root)
-    run.write_config(
-        {
-            "command": "pretrain",
-            "model": model,
-            "model_options": options,
-            "data": data.to_json(),
-            "settings": settings.to_json(),
-            "seed": seed,
-        }
-    )
+    if resumed is None:
+        run = RunDir.unique(name or f"pretrain-{model}-{data.name}", output_root)
+        run.write_config(
+            {
+                "command": "pretrain",
+                "model": model,
+                "model_options": options,
+                "data": data.to_json(),
+                "settings": settings.to_json(),
+                "seed": seed,
+            }
+        )
+    else:
+        run = resumed.run
+        resumed.begin({}, {})
+    trained: list[int] = []
 
     def _log(m: EpochMetrics) -> None:
+        trained.append(m.epoch)
         run.log_metrics({"event": "epoch", **m.to_dict()})
         if on_epoch is not None:
             on_epoch(m)
 
-    history = train_classifier(
-        net,
-        train_ds.x,
-        train_ds.y,
-        test_ds.x,
-        test_ds.y,
-        epochs=settings.epochs,
-        batch_size=settings.batch_size,
-        lr=settings.lr,
-        optimizer=settings.optimizer,
-        schedule=settings.schedule,
-        generator=generator,
-        on_epoch=_log,
-        on_step=on_step,
-    )
+    try:
+        history = train_classifier(
+            net,
+            train_ds.x,
+            train_ds.y,
+            test_ds.x,
+            test_ds.y,
+            epochs=settings.epochs,
+            batch_size=settings.batch_size,
+            lr=settings.lr,
+            optimizer=settings.optimizer,
+            schedule=settings.schedule,
+            generator=generator,
+            on_epoch=_log,
+            on_step=on_step,
+            checkpoint_dir=run.path,
+            resume_from=resumed.checkpoint if resumed is not None else None,
+        )
+    except BaseException:
+        if resumed is not None and not trained:  # e.g. a checkpoint that does not match
+            resumed.undo()
+        raise
     card = Card(
         model=model,
         model_options=options,
@@ -169,6 +200,47 @@ def pretrain(
     )
     run.write_json("result.json", result.to_json())
     return result
+
+
+def resume_pretrain(
+    run_dir: str | Path,
+    *,
+    on_epoch: Callable[[EpochMetrics], None] | None = None,
+    on_step: Callable[[int, int], None] | None = None,
+) -> PretrainResult:
+    """Continue the pretrain run in ``run_dir`` from its newest checkpoint, with its own
+    settings (``edgetrain pretrain --resume RUN_DIR``)."""
+    where = Path(run_dir)
+    accepted = "--resume takes a run directory made by `edgetrain pretrain`"
+    path = where / RunDir.CONFIG
+    if not path.is_file():
+        raise ConfigError(f"{where} is not a run directory (no {RunDir.CONFIG}); {accepted}")
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        raise ConfigError(f"{path} is not readable JSON ({exc}); {accepted}") from None
+    if not isinstance(data, dict) or data.get("command") != "pretrain":
+        kind = data.get("command") if isinstance(data, dict) else None
+        made = f" (made by `edgetrain {kind}`)" if isinstance(kind, str) else ""
+        raise ConfigError(f"{path} is not a pretrain run's config{made}; {accepted}")
+    try:
+        model, options, ref = data["model"], data["model_options"], data["data"]
+        seed = int(data["seed"])
+        ref = DataRef.from_json(ref)
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ConfigError(
+            f"{path} lacks a field `edgetrain pretrain` writes ({exc}); {accepted}"
+        ) from None
+    return pretrain(
+        model,
+        ref,
+        model_options=options,
+        settings=PretrainSettings.from_json(data.get("settings"), str(path)),
+        seed=seed,
+        resume_dir=where,
+        on_epoch=on_epoch,
+        on_step=on_step,
+    )
 
 
 def _check_input(model: nn.Module, dataset, what: str) -> None:
@@ -594,6 +666,7 @@ __all__ = [
     "pretrain",
     "read_config",
     "resume_finetune",
+    "resume_pretrain",
     "run_finetune",
     "save_device_artifact",
 ]
