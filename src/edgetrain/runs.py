@@ -231,6 +231,31 @@ class RunDir:
         return save_state(self.ensure().path / filename, state_dict, metadata)
 
 
+def read_run_config_json(
+    run_dir: str | os.PathLike, command: str, *, unmarked_ok: bool = False
+) -> dict[str, Any]:
+    """The ``config.json`` of a run directory made by ``edgetrain COMMAND``, for
+    ``--resume``: a missing directory or file, unreadable JSON or another command's
+    directory is one ConfigError naming it.  ``unmarked_ok``: accept a config without a
+    ``command`` field (local runs written before round 17)."""
+    where = Path(run_dir)
+    accepted = f"--resume takes a run directory made by `edgetrain {command}`"
+    if not where.is_dir():
+        raise ConfigError(f"run directory {where} does not exist or is not a directory; {accepted}")
+    path = where / RunDir.CONFIG
+    if not path.is_file():
+        raise ConfigError(f"{where} is not a run directory (no {RunDir.CONFIG}); {accepted}")
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        raise ConfigError(f"{path} is not readable JSON ({exc}); {accepted}") from None
+    kind = data.get("command", command if unmarked_ok else None) if isinstance(data, dict) else None
+    if kind != command:
+        made = f" (made by `edgetrain {kind}`)" if isinstance(kind, str) else ""
+        raise ConfigError(f"{path} is not the config of a `{command}` run{made}; {accepted}")
+    return data
+
+
 def save_state(
     path: str | os.PathLike,
     state_dict: Mapping[str, torch.Tensor],

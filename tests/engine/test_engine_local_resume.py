@@ -188,6 +188,12 @@ def test_bad_resumes_are_one_clear_error_each(tmp_path, whole):
     (chain / "config.json").write_text(json.dumps({"command": "chain", "devices": 3}))
     with pytest.raises(ConfigError, match="made by `edgetrain chain`"):
         resume_local(chain)
+    (chain / "config.json").write_text('{"command": "ru')
+    with pytest.raises(ConfigError, match="is not readable JSON"):
+        resume_local(chain)
+    (chain / "config.json").write_text('{"command": "run"}')
+    with pytest.raises(ConfigError, match="has no 'config' object"):
+        resume_local(chain)
     with pytest.raises(ConfigError, match="nothing to resume"):
         resume_local(whole.run_dir)
     run_local(_cfg(tmp_path, "nock", epochs=1, checkpoint_every=0))

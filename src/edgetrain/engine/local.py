@@ -12,7 +12,6 @@ the config is the run's own.
 
 from __future__ import annotations
 
-import json
 import shutil
 import time
 from collections.abc import Callable
@@ -28,7 +27,7 @@ from edgetrain.checkpoint import Resumption, complete_checkpoints
 from edgetrain.config import RunConfig, parse_config, with_budget
 from edgetrain.engine.trainer import EpochMetrics, train_classifier
 from edgetrain.errors import BudgetError, ConfigError
-from edgetrain.runs import RunDir, seed_everything
+from edgetrain.runs import RunDir, read_run_config_json, seed_everything
 
 #: config.json's ``command`` for a local run (older run directories have none)
 COMMAND = "run"
@@ -256,28 +255,14 @@ def _stopped(exc: BudgetError, run: RunDir, model: torch.nn.Module, config, epoc
 
 
 def read_run_config(run_dir: str | Path) -> RunConfig:
-    """The validated config a local run directory (``edgetrain run``) was started with."""
-    where = Path(run_dir)
-    accepted = "--resume takes a run directory made by `edgetrain run` or `edgetrain demo`"
-    if not where.is_dir():
-        raise ConfigError(f"run directory {where} does not exist or is not a directory; {accepted}")
-    path = where / RunDir.CONFIG
-    if not path.is_file():
-        raise ConfigError(f"{where} is not a run directory (no {RunDir.CONFIG}); {accepted}")
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError) as exc:
-        raise ConfigError(f"{path} is not readable JSON ({exc}); {accepted}") from None
-    if (
-        not isinstance(data, dict)
-        or data.get("command", COMMAND) != COMMAND
-        or not isinstance(data.get("config"), dict)
-    ):
-        kind = data.get("command") if isinstance(data, dict) else None
-        made = f" (made by `edgetrain {kind}`)" if isinstance(kind, str) else ""
+    """The validated config a local run directory (``edgetrain run`` / ``demo``) was
+    started with."""
+    data = read_run_config_json(run_dir, COMMAND, unmarked_ok=True)
+    path = Path(run_dir) / RunDir.CONFIG
+    if not isinstance(data.get("config"), dict):
         raise ConfigError(
-            f"{path} is not a local run's config{made}: expected an object with 'config' as "
-            f"`edgetrain run` writes it; {accepted}"
+            f"{path} has no 'config' object as `edgetrain run` writes it; --resume takes a "
+            "run directory made by `edgetrain run`"
         )
     return parse_config(data["config"], str(path))
 

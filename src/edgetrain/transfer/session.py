@@ -26,7 +26,7 @@ from torch import nn
 from edgetrain import models as models_mod
 from edgetrain.engine.trainer import EpochMetrics, evaluate, train_classifier
 from edgetrain.errors import ConfigError, DataError, EdgetrainError
-from edgetrain.runs import RunDir, load_into, seed_everything
+from edgetrain.runs import RunDir, load_into, read_run_config_json, seed_everything
 from edgetrain.transfer.fewshot import few_shot_split
 from edgetrain.transfer.loop import build_prefix_cache, train_protocol
 from edgetrain.transfer.protocol import Protocol, final_accuracy
@@ -211,25 +211,16 @@ def resume_pretrain(
     """Continue the pretrain run in ``run_dir`` from its newest checkpoint, with its own
     settings (``edgetrain pretrain --resume RUN_DIR``)."""
     where = Path(run_dir)
-    accepted = "--resume takes a run directory made by `edgetrain pretrain`"
+    data = read_run_config_json(where, "pretrain")
     path = where / RunDir.CONFIG
-    if not path.is_file():
-        raise ConfigError(f"{where} is not a run directory (no {RunDir.CONFIG}); {accepted}")
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError) as exc:
-        raise ConfigError(f"{path} is not readable JSON ({exc}); {accepted}") from None
-    if not isinstance(data, dict) or data.get("command") != "pretrain":
-        kind = data.get("command") if isinstance(data, dict) else None
-        made = f" (made by `edgetrain {kind}`)" if isinstance(kind, str) else ""
-        raise ConfigError(f"{path} is not a pretrain run's config{made}; {accepted}")
     try:
         model, options, ref = data["model"], data["model_options"], data["data"]
         seed = int(data["seed"])
         ref = DataRef.from_json(ref)
     except (KeyError, TypeError, ValueError) as exc:
         raise ConfigError(
-            f"{path} lacks a field `edgetrain pretrain` writes ({exc}); {accepted}"
+            f"{path} lacks a field `edgetrain pretrain` writes ({exc}); --resume takes a run "
+            "directory made by `edgetrain pretrain`"
         ) from None
     return pretrain(
         model,
