@@ -3,7 +3,8 @@
 A single in-step recompute factor (measured overhead / summed eq. 6 price) over-priced
 MobileNetV2's few costly recomputations and under-priced its many cheap ones.  The
 profile now measures recomputation in two groups (costliest half by eq. 6, the rest) and
-fits ``a * eq. 6 + b`` per unit; regenerations keep one factor.
+fits ``a * eq. 6 + b`` per unit; regenerations keep one factor per kind
+(profile.regen_kind: leaf forwards, and elementwise ones from held data).
 """
 
 from __future__ import annotations
@@ -15,8 +16,14 @@ from hypothesis import strategies as st
 from torch import nn
 
 import edgetrain.engine.budget.profile as P
+from edgetrain import models
 from edgetrain.engine.budget import profile_model
-from edgetrain.engine.budget.profile import RC_SCALE_BOUNDS, fit_in_step, split_by_price
+from edgetrain.engine.budget.profile import (
+    RC_SCALE_BOUNDS,
+    fit_in_step,
+    regen_kind,
+    split_by_price,
+)
 from edgetrain.engine.budget.regen import clear_cost_cache
 from edgetrain.errors import ConfigError
 from tiny_models import vector_task
@@ -180,3 +187,63 @@ def test_profile_fits_recompute_from_two_groups(monkeypatch):
     single = sum(ra * u.rc_eq6() + rb for u in rcs) / sum(u.rc_eq6() for u in rcs)
     worst = max(abs(single * u.rc_eq6() - (ra * u.rc_eq6() + rb)) for u in rcs)
     assert worst > 0.05 * rb
+
+
+def test_regen_kind_names_how_the_executor_regenerates():
+    bn, relu6, conv = nn.BatchNorm2d(4), nn.ReLU6(), nn.Conv2d(4, 4, 1)
+    assert regen_kind([bn]) == "elementwise"  # from the batch statistics
+    assert regen_kind([bn, relu6]) == "elementwise"
+    assert regen_kind([bn, nn.ReLU()]) == "elementwise"
+    assert regen_kind([relu6], inplace=True) == "elementwise"  # a clamp in place
+    assert regen_kind([relu6]) == "forward"  # a fresh clamp: the leaf's forward
+    assert regen_kind([conv]) == "forward"
+    assert regen_kind([nn.GELU()]) == "forward"
+    assert regen_kind([bn, nn.GELU()]) == "forward"  # the tail is not a clamp
+    assert regen_kind([bn.eval()]) == "forward"  # eval mode: running statistics, no fma
+
+
+def test_each_kind_of_regeneration_gets_its_own_factor(monkeypatch):
+    """Through profile_model on a tiny MobileNetV2 (convolution, BatchNorm and ReLU6
+    regenerations): in-step times in which elementwise regenerations cost 0.3 of their
+    isolated price and leaf forwards 0.9 come back as each regeneration's cost; the
+    single factor measured before would price both kinds alike."""
+    torch.manual_seed(0)
+    model = models.build("mobilenetv2", seed=0, width_mult=0.35, input_size=32)
+    x = torch.randn(4, 3, 32, 32)
+    y = torch.randint(0, 10, (4,))
+
+    def loss_fn(out):
+        return nn.functional.cross_entropy(out, y)
+
+    truth = {"elementwise": 0.3, "forward": 0.9}
+    seen: dict = {}
+    real = P._in_situ_costs
+
+    def capture(model, inputs, loss_fn, units, regens, masks, steps):
+        seen["regens"] = {r.state_key: r for r in regens}
+        return real(model, inputs, loss_fn, units, regens, masks, steps)
+
+    def timed(model, plans, order, inputs, loss_fn):
+        def over(p) -> float:
+            t = 0.0
+            for d in p.units:
+                if d.decision == "regen":
+                    g = seen["regens"]["regen:" + ">".join(d.chain or [d.name])]
+                    t += truth[g.kind] * g.fwd_s * max(g.saves, 1)
+            return t
+
+        return [1.0 + over(plans[k]) for k in order]
+
+    monkeypatch.setattr(P, "_in_situ_costs", capture)
+    monkeypatch.setattr(P, "_time_schedule", timed)
+    clear_cost_cache()
+    try:
+        prof = profile_model(model, (x,), loss_fn, repeats=1, max_units=8, in_situ_steps=4)
+    finally:
+        clear_cost_cache()
+    kinds = {r.kind for r in prof.regens}
+    assert kinds == {"elementwise", "forward"}
+    assert any(r.chain for r in prof.regens if r.kind == "elementwise")  # BatchNorm -> ReLU6
+    for r in prof.regens:
+        assert r.scale == pytest.approx(truth[r.kind], rel=1e-6)
+        assert r.regen_cost() == pytest.approx(truth[r.kind] * r.fwd_s * max(r.saves, 1))

@@ -49,7 +49,7 @@ forward + backward minus the op's own, the no-grad regeneration with buffer rest
 the grad-enabled re-run of the leaf.  Masks are then re-costed in situ
 (:func:`_in_situ_costs`): the measured overhead of training steps with every mask
 applied, split by bytes, because the isolated per-op figure under-predicted it 3-4x;
-regenerations get an in-step factor the same way (:func:`_in_situ_costs`).
+regenerations get an in-step factor the same way, one per kind (:func:`regen_kind`).
 
 Codec size and speed are measured by
 really encoding the unit's saved float tensors (a batch slice of at most
@@ -73,6 +73,7 @@ from edgetrain.compress.base import Codec
 from edgetrain.engine.budget.accountant import storage_key
 from edgetrain.engine.budget.alloc import AllocTimeline, build_timeline
 from edgetrain.engine.budget.regen import (
+    affine_shape,
     cached_cost,
     cached_measure,
     inplace_regen,
@@ -168,13 +169,18 @@ class RegenProfile:
     saves: int  # save events of the output storage (each may regenerate once)
     calls: int = 1
     chain: tuple[str, ...] = ()  # (head, ..., tail=name) when regenerated through several leaves
+    #: how the executor regenerates it (:func:`regen_kind`): ``"forward"`` (the leaves'
+    #: forwards again), ``"elementwise"`` (a BatchNorm head from its batch statistics and
+    #: clamp tails, or a clamp in place over the held input); each kind gets its own
+    #: in-step factor (:func:`_in_situ_costs`)
+    kind: str = "forward"
 
     @property
     def state_key(self) -> str:
         return "regen:" + ">".join(self.chain) if self.chain else "regen:" + self.name
 
     #: in-step factor (:func:`_in_situ_costs`): measured step overhead of regenerating /
-    #: the isolated price, shared by all regenerations of the model
+    #: the isolated price, shared by the model's regenerations of the same :attr:`kind`
     scale: float = 1.0
 
     def regen_cost(self) -> float:
@@ -756,6 +762,22 @@ def _mask_candidates(
 RC_SCALE_BOUNDS = (0.25, 4.0)
 
 
+def regen_kind(mods: Sequence[nn.Module], inplace: bool = False) -> str:
+    """The in-step cost class of a regeneration through ``mods`` (head first).
+
+    ``"elementwise"``: a clamp in place over the leaf's held input
+    (:func:`.regen.inplace_regen`), or a training-mode BatchNorm head with only clamp
+    tails (:func:`.regen.affine_shape`: one fused multiply-add from the batch
+    statistics, when the build's kernel matches it).  ``"forward"``: anything else --
+    the leaves' forwards run again (a convolution, GELU, LayerNorm).  The two differ in
+    the step (MobileNetV2 b32, docs/results/budget.md round 18: measured / isolated
+    0.92-0.99 for convolution outputs, 0.72-0.77 for BatchNorm outputs and BatchNorm ->
+    ReLU6 chains, about 0.2 for clamps in place), so one factor shared by every
+    regeneration priced the elementwise ones by the convolutions'.
+    """
+    return "elementwise" if inplace or affine_shape(mods) else "forward"
+
+
 def _regen_set(regens: list[RegenProfile]) -> list[RegenProfile]:
     """A largest-first set of regenerations that can all be applied at once (none drops
     a storage another one drops or regenerates from)."""
@@ -942,8 +964,9 @@ def _in_situ_costs(
     One paired measurement (process CPU time, one warm-up step each) of the unplanned
     step and of up to five plans: every mask applied; the recomputable units
     (:meth:`UnitProfile.recomputable`) recomputed, in two groups (:func:`split_by_price`:
-    the costliest by eq. 6 holding half of its sum, and the rest); a set of regenerations
-    that can run together (:func:`_regen_set`) applied.
+    the costliest by eq. 6 holding half of its sum, and the rest); for each kind of
+    regeneration (:func:`regen_kind`), a set of them that can run together
+    (:func:`_regen_set`) applied.
     Every plan step runs between two unplanned
     steps, the plans in a mirrored order (:func:`paired_schedule`, about ``steps`` timed
     steps per plan and unplanned in all, as before); a plan's in-step overhead is the
@@ -952,8 +975,8 @@ def _in_situ_costs(
     and 0.67 over fresh profiles.  The two recompute groups' overheads fit a unit's cost
     as ``a * eq. 6 + b`` (:func:`fit_in_step`; ``a, b >= 0``) -- so the order among units
     by eq. 6 is kept, but many cheap recomputations are no longer priced as a few costly
-    ones of the same eq. 6 sum; the regenerations' overhead is spread over them in
-    proportion to their isolated price, the masks' by bytes.  So the ranking *within*
+    ones of the same eq. 6 sum; each kind of regeneration's overhead is spread over that
+    kind in proportion to the isolated price, the masks' by bytes.  So the ranking *within*
     those kinds stays what the isolated measurements say, and only the kinds' prices
     against each other (and compression, whose codec cost was measured about right in
     the step) are corrected.
@@ -989,16 +1012,24 @@ def _in_situ_costs(
       round 13): the isolated no-grad
       leaf forwards over-predicted them on MobileNetV2 b32 (149 / 207 / 232 ms predicted,
       -4 / +114 / +62 ms measured in three plans, kinds_mnv2_before.log) for the same
-      memory reason.
+      memory reason.  One factor per kind (:func:`regen_kind`; round 18): in one
+      MobileNetV2 b32 profile the shared factor, set by a set of mostly convolution
+      regenerations, was 0.95, while BatchNorm outputs and BatchNorm -> ReLU6 chains
+      measured 0.72-0.75 of their isolated price and clamps in place about 0.2 (three
+      paired repeats), so the elementwise kinds were priced 1.3-5x what they cost.
     """
     if steps < 1:
         return
     from edgetrain.engine.budget.plan import ExecutionPlan, UnitDecision
 
     rcs = [u for u in units if u.recomputable()]
-    rgs = _regen_set(regens)
     rc_price = sum(u.rc_eq6() for u in rcs)
-    rg_price = sum(r.fwd_s * max(r.saves, 1) for r in rgs)
+    # regenerations by kind (:func:`regen_kind`), each a set that can run together
+    rg_groups: dict[str, list[RegenProfile]] = {}
+    for r in regens:
+        rg_groups.setdefault(r.kind, []).append(r)
+    rg_sets = {k: _regen_set(rs) for k, rs in sorted(rg_groups.items())}
+    rg_price = {k: sum(r.fwd_s * max(r.saves, 1) for r in rs) for k, rs in rg_sets.items()}
     plans = {"none": ExecutionPlan("none", 1, 1, 1, 0.0, [])}
     if masks:
         plans["masks"] = ExecutionPlan(
@@ -1015,11 +1046,13 @@ def _in_situ_costs(
                 "recompute", 1, 1, 1, 0.0,
                 [UnitDecision(name=u.name, decision="recompute") for u in us],
             )  # fmt: skip
-    if rgs and rg_price > 0:
-        plans["regen"] = ExecutionPlan(
-            "recompute", 1, 1, 1, 0.0,
-            [UnitDecision(name=r.name, decision="regen", chain=list(r.chain) or None) for r in rgs],
-        )  # fmt: skip
+    for k, rgs in rg_sets.items():
+        if rgs and rg_price[k] > 0:
+            plans["regen:" + k] = ExecutionPlan(
+                "recompute", 1, 1, 1, 0.0,
+                [UnitDecision(name=r.name, decision="regen", chain=list(r.chain) or None)
+                 for r in rgs],
+            )  # fmt: skip
     if len(plans) == 1:
         return
     shapes = tuple(tuple(x.shape) for x in inputs if isinstance(x, torch.Tensor))
@@ -1028,7 +1061,7 @@ def _in_situ_costs(
         type(model).__name__,
         tuple((m.name, m.nbytes) for m in masks),
         tuple((u.name, u.saved_bytes) for u in rcs),
-        tuple((r.state_key, r.out_bytes) for r in rgs),
+        tuple((k, r.state_key, r.out_bytes) for k, rgs in rg_sets.items() for r in rgs),
         shapes,
     )
 
@@ -1057,11 +1090,12 @@ def _in_situ_costs(
         )
         for u in units:
             u.rc_scale, u.rc_fixed_s = a, b
-    if "regen" in extra:
-        lo, hi = RC_SCALE_BOUNDS
-        scale = min(max(extra["regen"] / rg_price, lo), hi)
-        for r in regens:
-            r.scale = scale
+    lo, hi = RC_SCALE_BOUNDS
+    for k, rs in rg_groups.items():
+        if "regen:" + k in extra:
+            scale = min(max(extra["regen:" + k] / rg_price[k], lo), hi)
+            for r in rs:
+                r.scale = scale
 
 
 def _mask_exec_cost(
@@ -1134,11 +1168,12 @@ def _regen_candidates(
         if any(not r.tensor.is_floating_point() for r in savers):
             continue
         if saves_own(name, ikey):
-            inplace = only_own(name, ikey) and inplace_regen(model.get_submodule(name)) is not None
+            mod = model.get_submodule(name)
+            inplace = only_own(name, ikey) and inplace_regen(mod) is not None
             out.append(
                 RegenProfile(
                     name, step, fwd_of(name, inplace=inplace), okey, obytes, ikey, ibytes,
-                    len(savers),
+                    len(savers), kind=regen_kind([mod], inplace),
                 )
             )  # fmt: skip
         # chain (head -> this leaf): regenerate from the head's saved input, so this
@@ -1155,6 +1190,7 @@ def _regen_candidates(
             RegenProfile(
                 name, hstep, fwd_of(hname, name), okey, obytes, hkey, hbytes,
                 len(savers), chain=(hname, name),
+                kind=regen_kind([model.get_submodule(hname), model.get_submodule(name)]),
             )
         )  # fmt: skip
     return out

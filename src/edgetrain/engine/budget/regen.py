@@ -111,16 +111,20 @@ def _clamp_(mod: nn.Module) -> Callable[[torch.Tensor], torch.Tensor] | None:
     return None
 
 
-def affine_chain(mods: Sequence[nn.Module], x: torch.Tensor) -> bool:
-    """Whether the chain regenerates through :func:`_affine`: a training-mode BatchNorm
-    head, at most Hardtanh / ReLU6 / ReLU leaves after it, a float input this build's
-    kernel matches bit for bit."""
+def affine_shape(mods: Sequence[nn.Module]) -> bool:
+    """A training-mode BatchNorm head with at most Hardtanh / ReLU6 / ReLU leaves after it:
+    the chains :func:`_affine` can regenerate (given :func:`_affine_exact`)."""
     return (
         isinstance(mods[0], nn.modules.batchnorm._BatchNorm)
         and mods[0].training
         and all(_clamp_(m) is not None for m in mods[1:])
-        and _affine_exact(x)
     )
+
+
+def affine_chain(mods: Sequence[nn.Module], x: torch.Tensor) -> bool:
+    """Whether the chain regenerates through :func:`_affine`: :func:`affine_shape`, and a
+    float input this build's kernel matches bit for bit."""
+    return affine_shape(mods) and _affine_exact(x)
 
 
 def regenerate(
