@@ -6,6 +6,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -51,3 +53,24 @@ def test_budget_run_quick_trains_under_the_plan_exactly():
         assert rows[method][3] == rows["none"][3]
         assert float(rows[method][9]) > 0  # a checkpoint was written (MB)
         assert rows[method][10] == "same"  # stopped, resumed: the whole run's numbers
+
+
+def test_regen_kinds_quick_times_every_group_against_its_price():
+    import json
+
+    out = json.loads(_run("regen_kinds.py", "--quick", "--json"))
+    rows = {r["group"]: r for r in out["rows"]}
+    # tiny MobileNetV2: BatchNorm from statistics, its ReLU6 chains, clamps in place,
+    # convolutions again, and all of them at once
+    assert {"bn-stats", "bn-chain", "clamp-inplace", "forward:Conv2d", "all"} <= set(rows)
+    for g in ("bn-stats", "bn-chain", "clamp-inplace"):
+        assert rows[g]["kinds"] == ["elementwise"]
+        assert len(rows[g]["profile_factor"]) == 1  # one factor per kind
+    assert rows["forward:Conv2d"]["kinds"] == ["forward"]
+    assert rows["bn-stats"]["profile_factor"] == rows["clamp-inplace"]["profile_factor"]
+    for r in rows.values():
+        assert r["timed_set"] >= 1 and r["isolated_price_ms"] > 0
+        assert len(r["in_step_ms"]) == len(r["ratio"]) == out["repeats"]
+        price = r["isolated_price_ms"]  # JSON rounds ms to 0.01 / 0.001, ratios to 0.001
+        want = r["in_step_ms"][0] / price
+        assert r["ratio"][0] == pytest.approx(want, rel=0.01, abs=0.006 / price + 0.001)
