@@ -235,8 +235,8 @@ def simulate(
             mine = {}
         if d == "keep":
             hold_saved({k: b for k, b in u.saved.items() if k not in mine}, u.step)
-        elif d == "recompute":
-            hold(u.inputs, u.step)
+        elif d == "recompute":  # its inputs, and its BatchNorms' batch statistics
+            hold({**u.inputs, **{k: u.saved[k] for k in u.stats_keys}}, u.step)
         else:  # compress / swap: small and non-float storages stay raw
             hold_saved(
                 {k: b for k, b in u.saved.items() if k not in u.float_keys and k not in mine},

@@ -119,6 +119,10 @@ class UnitProfile:
     float_keys: set[int]  # their storages
     leaf_max_bytes: int  # largest per-leaf saved bytes (decode transient in backward)
     codecs: dict[str, CodecCost] = field(default_factory=dict)
+    #: storages of the batch statistics (mean, inverse std) its inner BatchNorms save:
+    #: kept from forward to backward when the unit is recomputed, which then needs no
+    #: second reduction over the batch (``PlanExecutor._wrap_batchnorm``)
+    stats_keys: set[int] = field(default_factory=set)
     #: in-step recompute cost (:func:`_in_situ_costs`): ``rc_scale * eq. 6 + rc_fixed_s``,
     #: fitted to the measured step overheads of recomputing two groups of the model's
     #: recomputable units (the costliest ones by eq. 6 and the rest)
@@ -611,6 +615,18 @@ def profile_model(
                 )
         float_keys = {storage_key(t)[0] for t in uniq.values()}
         raw_rest = sum(b for k, b in saved.items() if k not in float_keys)
+        stats_keys = set()
+        for r in rs:
+            leaf = r.stack[-1] if r.stack else name
+            if leaf == name:
+                continue
+            mod = model.get_submodule(leaf)
+            if (
+                isinstance(mod, nn.modules.batchnorm._BatchNorm)
+                and r.tensor.dim() == 1
+                and r.tensor.numel() == mod.num_features
+            ):
+                stats_keys.add(r.key)
         up = UnitProfile(
             index=len(profiles),
             name=name,
@@ -624,6 +640,7 @@ def profile_model(
             float_bytes=sum(saved[k] for k in float_keys),
             float_keys=float_keys,
             leaf_max_bytes=max(leaf_bytes.values(), default=0),
+            stats_keys=stats_keys,
         )
         for cname, codec in (codecs or {}).items():
             cost = _codec_cost(codec, list(uniq.values()), codec_sample_bytes)

@@ -127,6 +127,81 @@ def affine_chain(mods: Sequence[nn.Module], x: torch.Tensor) -> bool:
     return affine_shape(mods) and _affine_exact(x)
 
 
+def batchnorm_from_stats_ok(mod: nn.Module, x: Any) -> bool:
+    """Whether :func:`batchnorm_call` can stand in for ``mod(x)`` bit for bit: a
+    training-mode BatchNorm with running statistics and affine parameters, a float input
+    of its features for which :func:`_affine` matches this build's kernel."""
+    return (
+        isinstance(mod, nn.modules.batchnorm._BatchNorm)
+        and mod.training
+        and mod.track_running_stats
+        and mod.running_mean is not None
+        and mod.running_var is not None
+        and mod.weight is not None
+        and mod.bias is not None
+        and isinstance(x, torch.Tensor)
+        and x.dim() >= 2
+        and x.shape[1] == mod.num_features
+        and x.dtype == mod.weight.dtype
+        and _affine_exact(x)
+    )
+
+
+class _BatchNormFromStats(torch.autograd.Function):
+    """A training-mode BatchNorm whose backward is the one autograd runs for it
+    (``native_batch_norm_backward`` on the input, weight and batch statistics), and
+    whose forward either runs the kernel (``stats is None``: the statistics are
+    computed, the running statistics updated, and the statistics appended to ``sink``)
+    or, given the statistics of that first forward, is one fused multiply-add
+    (:func:`_affine`) -- the same values, without the reduction over the batch and
+    without touching the running statistics.  Both save the same four tensors in the
+    same order, so a recomputation's saves line up with the forward's placeholders."""
+
+    @staticmethod
+    def forward(ctx, x, weight, bias, mod, stats, momentum, sink):  # noqa: ANN001, ANN205
+        if stats is None:
+            out, mean, invstd = torch.native_batch_norm(
+                x, weight, bias, mod.running_mean, mod.running_var, True, momentum, mod.eps
+            )
+            sink.append((mean, invstd))
+        else:
+            mean, invstd = stats
+            out = _affine(mod, x, mean, invstd)
+        ctx.eps = mod.eps
+        ctx.save_for_backward(x, weight, mean, invstd)
+        return out
+
+    @staticmethod
+    def backward(ctx, grad):  # noqa: ANN001, ANN205
+        x, weight, mean, invstd = ctx.saved_tensors
+        mask = [bool(n) for n in ctx.needs_input_grad[:3]]
+        gx, gw, gb = torch.ops.aten.native_batch_norm_backward(
+            grad, x, weight, None, None, mean, invstd, True, ctx.eps, mask
+        )
+        return gx, gw, gb, None, None, None, None
+
+
+def batchnorm_call(
+    mod: nn.Module, x: torch.Tensor, stats: tuple[torch.Tensor, torch.Tensor] | None
+) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor] | None]:
+    """``mod(x)`` for a :func:`batchnorm_from_stats_ok` call, through
+    :class:`_BatchNormFromStats`: with ``stats=None`` as ``_BatchNorm.forward`` does it
+    (the batch counter and the momentum it implies, the kernel) returning the batch
+    statistics too; given those statistics, the recomputation of the same output from
+    them (returns ``(out, None)``).  Gradients are autograd's own for the kernel."""
+    if stats is not None:
+        return _BatchNormFromStats.apply(x, mod.weight, mod.bias, mod, stats, 0.0, None), None
+    mod._check_input_dim(x)
+    momentum = 0.0 if mod.momentum is None else mod.momentum
+    if mod.num_batches_tracked is not None:  # as _BatchNorm.forward, in training
+        mod.num_batches_tracked.add_(1)
+        if mod.momentum is None:
+            momentum = 1.0 / float(mod.num_batches_tracked)
+    sink: list = []
+    out = _BatchNormFromStats.apply(x, mod.weight, mod.bias, mod, None, momentum, sink)
+    return out, sink[0]
+
+
 def regenerate(
     mods: Sequence[nn.Module],
     fns: Sequence[Callable],
