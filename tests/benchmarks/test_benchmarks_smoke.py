@@ -74,3 +74,12 @@ def test_regen_kinds_quick_times_every_group_against_its_price():
         price = r["isolated_price_ms"]  # JSON rounds ms to 0.01 / 0.001, ratios to 0.001
         want = r["in_step_ms"][0] / price
         assert r["ratio"][0] == pytest.approx(want, rel=0.01, abs=0.006 / price + 0.001)
+
+
+def test_recompute_bn_quick_is_exact_both_ways():
+    import json
+
+    out = json.loads(_run("recompute_bn.py", "--quick", "--json"))
+    assert out["bit_identical"] == {"stats": True, "kernel": True}
+    assert out["units"] == 17
+    assert len(out["extra_ms"]["stats"]) == len(out["extra_ms"]["kernel"]) == out["rounds"]
