@@ -786,11 +786,15 @@ def regen_kind(mods: Sequence[nn.Module], inplace: bool = False) -> str:
     (:func:`.regen.inplace_regen`), or a training-mode BatchNorm head with only clamp
     tails (:func:`.regen.affine_shape`: one fused multiply-add from the batch
     statistics, when the build's kernel matches it).  ``"forward"``: anything else --
-    the leaves' forwards run again (a convolution, GELU, LayerNorm).  The two differ in
-    the step (MobileNetV2 b32, docs/results/budget.md round 18: measured / isolated
-    0.92-0.99 for convolution outputs, 0.72-0.77 for BatchNorm outputs and BatchNorm ->
-    ReLU6 chains, about 0.2 for clamps in place), so one factor shared by every
-    regeneration priced the elementwise ones by the convolutions'.
+    the leaves' forwards run again (a convolution, GELU, LayerNorm).  Their isolated
+    prices err by kind, not alike: over two MobileNetV2 b32 processes
+    (docs/results/budget.md, round 18; ``benchmarks/regen_kinds.py``) the isolated
+    price of the BatchNorm regenerations moved 67.5 -> 41.3 ms and the convolutions'
+    74.8 -> 88.5 ms while their in-step costs moved 50 -> 43 and 72 -> 61 ms, so
+    measured / isolated was 0.74 / 1.04 for BatchNorm outputs and 0.96 / 0.69 for
+    convolution outputs (three paired repeats within a process agree to +-0.05), and
+    about 0 to 0.2 for clamps in place.  One factor shared by every regeneration
+    cannot correct a kind-specific error; one per kind does.
     """
     return "elementwise" if inplace or affine_shape(mods) else "forward"
 
@@ -1029,11 +1033,10 @@ def _in_situ_costs(
       round 13): the isolated no-grad
       leaf forwards over-predicted them on MobileNetV2 b32 (149 / 207 / 232 ms predicted,
       -4 / +114 / +62 ms measured in three plans, kinds_mnv2_before.log) for the same
-      memory reason.  One factor per kind (:func:`regen_kind`; round 18): in one
-      MobileNetV2 b32 profile the shared factor, set by a set of mostly convolution
-      regenerations, was 0.95, while BatchNorm outputs and BatchNorm -> ReLU6 chains
-      measured 0.72-0.75 of their isolated price and clamps in place about 0.2 (three
-      paired repeats), so the elementwise kinds were priced 1.3-5x what they cost.
+      memory reason.  One factor per kind (:func:`regen_kind`; round 18): the
+      isolated prices err by kind (BatchNorm outputs measured 0.74 and 1.04 of their
+      isolated price in two processes, convolution outputs 0.96 and 0.69), which one
+      shared factor, set by a set of mostly convolution regenerations, cannot correct.
     """
     if steps < 1:
         return
