@@ -127,51 +127,64 @@ class _Net(nn.Module):
         return self.head(self.blocks(x))
 
 
-def test_profile_fits_recompute_from_two_groups(monkeypatch):
-    """End to end through profile_model: in-step times that are exactly affine in eq. 6
-    (a stand-in for the timed steps) come back as every unit's recompute cost, which one
-    factor cannot reproduce; the regenerations' measured overhead is spread over them by
-    isolated price (one factor, as before)."""
-    torch.manual_seed(0)
-    model = _Net()
-    x, _, loss_fn = vector_task(64, 32, 3)
-
+def _profile_timed(monkeypatch, model, inputs, loss_fn, extra, before=None):
+    """``profile_model`` with its in-step timings replaced: a plan's step takes 1 s plus
+    ``extra(decision, seen)`` for each of its decisions, where ``seen`` holds the units
+    (by name) and regenerations (by state key) being profiled; ``before(units, regens)``
+    runs first (to derive the stand-in's constants from them)."""
     seen: dict = {}
-    truth = {"rc": (0.6, 0.0), "regen": (0.3, 0.0)}
     real = P._in_situ_costs
 
     def capture(model, inputs, loss_fn, units, regens, masks, steps):
         seen["units"] = {u.name: u for u in units}
         seen["regens"] = {r.state_key: r for r in regens}
-        rcs = [u for u in units if u.recomputable()]
-        rgs = P._regen_set(regens)
-        # a cost per decision of half the mean isolated price: f = a + 0.5
-        truth["rc"] = (0.6, 0.5 * sum(u.rc_eq6() for u in rcs) / len(rcs))
-        truth["regen"] = (0.3, 0.5 * sum(r.fwd_s for r in rgs) / len(rgs))
+        if before is not None:
+            before(units, regens)
         return real(model, inputs, loss_fn, units, regens, masks, steps)
 
     def timed(model, plans, order, inputs, loss_fn):
-        (ra, rb), (ga, gb) = truth["rc"], truth["regen"]
-
-        def over(p) -> float:
-            t = 0.0
-            for d in p.units:
-                if d.decision == "recompute":
-                    t += ra * seen["units"][d.name].rc_eq6() + rb
-                elif d.decision == "regen":
-                    g = seen["regens"]["regen:" + ">".join(d.chain or [d.name])]
-                    t += (ga * g.fwd_s + gb) * max(g.saves, 1)
-            return t
-
-        return [1.0 + over(plans[k]) for k in order]
+        return [1.0 + sum(extra(d, seen) for d in plans[k].units) for k in order]
 
     monkeypatch.setattr(P, "_in_situ_costs", capture)
     monkeypatch.setattr(P, "_time_schedule", timed)
     clear_cost_cache()
     try:
-        prof = profile_model(model, (x,), loss_fn, repeats=1, max_units=8, in_situ_steps=4)
+        return profile_model(model, inputs, loss_fn, repeats=1, max_units=8, in_situ_steps=4)
     finally:
         clear_cost_cache()
+
+
+def _regen_of(d, seen):
+    return seen["regens"]["regen:" + ">".join(d.chain or [d.name])]
+
+
+def test_profile_fits_recompute_from_two_groups(monkeypatch):
+    """End to end through profile_model: in-step times that are exactly affine in eq. 6
+    (a stand-in for the timed steps) come back as every unit's recompute cost, which one
+    factor cannot reproduce; the regenerations' measured overhead is spread over them by
+    isolated price (one factor: this model's regenerations are all leaf forwards)."""
+    torch.manual_seed(0)
+    model = _Net()
+    x, _, loss_fn = vector_task(64, 32, 3)
+    truth = {"rc": (0.6, 0.0), "regen": (0.3, 0.0)}
+
+    def derive(units, regens):
+        rcs = [u for u in units if u.recomputable()]
+        rgs = P._regen_set(regens)
+        # a cost per decision of half the mean isolated price: f = a + 0.5
+        truth["rc"] = (0.6, 0.5 * sum(u.rc_eq6() for u in rcs) / len(rcs))
+        truth["regen"] = (0.3, 0.5 * sum(r.fwd_s for r in rgs) / len(rgs))
+
+    def extra(d, seen) -> float:
+        (ra, rb), (ga, gb) = truth["rc"], truth["regen"]
+        if d.decision == "recompute":
+            return ra * seen["units"][d.name].rc_eq6() + rb
+        if d.decision == "regen":
+            g = _regen_of(d, seen)
+            return (ga * g.fwd_s + gb) * max(g.saves, 1)
+        return 0.0
+
+    prof = _profile_timed(monkeypatch, model, (x,), loss_fn, extra, derive)
     rcs = [u for u in prof.units if u.recomputable()]
     assert len(rcs) >= 4 and len({round(u.rc_eq6(), 9) for u in rcs}) > 1
     (ra, rb), (ga, gb) = truth["rc"], truth["regen"]
@@ -216,31 +229,14 @@ def test_each_kind_of_regeneration_gets_its_own_factor(monkeypatch):
         return nn.functional.cross_entropy(out, y)
 
     truth = {"elementwise": 0.3, "forward": 0.9}
-    seen: dict = {}
-    real = P._in_situ_costs
 
-    def capture(model, inputs, loss_fn, units, regens, masks, steps):
-        seen["regens"] = {r.state_key: r for r in regens}
-        return real(model, inputs, loss_fn, units, regens, masks, steps)
+    def extra(d, seen) -> float:
+        if d.decision != "regen":
+            return 0.0
+        g = _regen_of(d, seen)
+        return truth[g.kind] * g.fwd_s * max(g.saves, 1)
 
-    def timed(model, plans, order, inputs, loss_fn):
-        def over(p) -> float:
-            t = 0.0
-            for d in p.units:
-                if d.decision == "regen":
-                    g = seen["regens"]["regen:" + ">".join(d.chain or [d.name])]
-                    t += truth[g.kind] * g.fwd_s * max(g.saves, 1)
-            return t
-
-        return [1.0 + over(plans[k]) for k in order]
-
-    monkeypatch.setattr(P, "_in_situ_costs", capture)
-    monkeypatch.setattr(P, "_time_schedule", timed)
-    clear_cost_cache()
-    try:
-        prof = profile_model(model, (x,), loss_fn, repeats=1, max_units=8, in_situ_steps=4)
-    finally:
-        clear_cost_cache()
+    prof = _profile_timed(monkeypatch, model, (x,), loss_fn, extra)
     kinds = {r.kind for r in prof.regens}
     assert kinds == {"elementwise", "forward"}
     assert any(r.chain for r in prof.regens if r.kind == "elementwise")  # BatchNorm -> ReLU6
