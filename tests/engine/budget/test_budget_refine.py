@@ -119,15 +119,23 @@ def test_refine_rejects_a_plan_that_does_not_fit():
         refine(prof, 1, {}, _Ctx(prof, IoContentionModel()), simulate)
 
 
-def test_saved_scope_default_is_the_greedy_choice_and_all_scope_refines():
-    """``refine=None`` (default): off under scope "saved" (the greedy plans, byte for
-    byte), on under scope "all" (the refined candidate is among plan_candidates)."""
+def test_the_default_refines_under_both_scopes():
+    """``refine=None`` (default): the refined candidates are among the choices under scope
+    "saved" as under "all" (round 18: the refined plan ran 0.973 of the greedy one at
+    MobileNetV2 b32 saved 0.25, and was the greedy plan itself at 0.5), and a refined
+    choice is never predicted above the greedy one."""
     prof = synthetic_profile(with_alloc=True)
+    moved = 0
     for frac in (0.9, 0.7, 0.5, 0.3):
         budget = int(frac * simulate(prof, {}).max())
-        assert json.dumps(plan(prof, budget, "hybrid").to_json()) == json.dumps(
-            plan(prof, budget, "hybrid", refine=False).to_json()
+        default = plan(prof, budget, "hybrid")
+        assert json.dumps(default.to_json()) == json.dumps(
+            plan(prof, budget, "hybrid", refine=True).to_json()
         )
+        greedy = plan(prof, budget, "hybrid", refine=False)
+        assert default.predicted_overhead_s <= greedy.predicted_overhead_s + 1e-12
+        moved += default.predicted_overhead_s < greedy.predicted_overhead_s
+    assert moved >= 1  # the search lowered at least one of the four
     b_all = int(0.3 * _simulator("all")(prof, {}).max())
     refined = plan_candidates(prof, b_all, "hybrid", scope="all")
     greedy = plan_candidates(prof, b_all, "hybrid", scope="all", refine=False)

@@ -603,17 +603,21 @@ def plan_candidates(
     ``"refined-exact"``: the lowest-predicted walk without compression, refined with
     moves that add none (so that the tie rule below has a lossless refined plan to
     prefer).  They enter the same choice, so a refined plan within the tolerance of a
-    plan with fewer lossy / recomputation decisions still loses to that plan.  Default (None): on under
-    ``scope="all"`` only, so that ``scope="saved"`` plans stay those of the greedy walks
-    (pinned byte for byte by a fixture, tests/engine/budget/test_budget_scope.py).
+    plan with fewer lossy / recomputation decisions still loses to that plan.  Default
+    (None): on, under either scope (``refine=False``: the greedy walks only, whose plans a
+    fixture pins byte for byte, tests/engine/budget/test_budget_scope.py).
     Measured under ``scope="saved"`` (``budget_overhead.py --refined-entry``: the refined
-    and the greedy plan interleaved in the same rounds, one fresh process per budget): the
-    refined plan was below the greedy one or level in 8 of 8 runs with one in-step
-    recompute factor per model, but above it on MobileNetV2 b32 at 0.5 with the per-unit
-    fit (``a * eq. 6 + b``), 1.032 [1.002, 1.040]; so it stays opt-in there.  It
-    also costs planning time: 3.7-15x per plan on MobileNetV2 b32 and BERT-small b8.
+    and the greedy plan interleaved in the same rounds, one fresh process per budget):
+    round 13, below the greedy plan or level in 11 of 12 runs, above it once (MobileNetV2
+    b32 at 0.5, 1.032 [1.002, 1.040]), so it stayed opt-in there; round 18 (per-kind
+    regeneration factors, recomputed BatchNorm from its statistics), MobileNetV2 b32 at
+    0.25 below the greedy plan, 0.973 [0.965, 0.982], and below ckpt-all, 0.967, and at
+    0.5 the greedy plan itself.  It costs planning time, 3.7-15x per plan on MobileNetV2
+    b32 and BERT-small b8 (seconds, against a profile of tens of seconds); FedHybrid's
+    plan service, which plans for thousands of clients, keeps ``refine=False``.
     """
-    refine = (check_scope(scope) == "all") if refine is None else refine
+    check_scope(scope)
+    refine = True if refine is None else refine
     found = sorted(
         _candidates(profile, budget_bytes, method, io, scope, refine=refine), key=lambda f: f[0]
     )
