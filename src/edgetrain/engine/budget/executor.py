@@ -604,6 +604,16 @@ class PlanExecutor:
         return out
 
     # -- recompute ------------------------------------------------------------
+    @contextmanager
+    def _segment(self, state: _SegState, replaying: bool):
+        """While a recomputed unit's forward (or its recomputation) runs: what its
+        BatchNorms see (:meth:`_wrap_batchnorm`)."""
+        self._segments.append((state, replaying))
+        try:
+            yield
+        finally:
+            self._segments.pop()
+
     def _recompute_forward(self, mod: nn.Module, orig: Callable, args: tuple, kwargs: dict):
         state = _SegState(args, kwargs, torch.get_rng_state())
         for a in list(args) + list(kwargs.values()):
@@ -621,12 +631,8 @@ class PlanExecutor:
                 self._recompute(mod, orig, ph.state)
             return ph.value
 
-        self._segments.append((state, False))
-        try:
-            with torch.autograd.graph.saved_tensors_hooks(pack, unpack):
-                return orig(*args, **kwargs)
-        finally:
-            self._segments.pop()
+        with self._segment(state, False), torch.autograd.graph.saved_tensors_hooks(pack, unpack):
+            return orig(*args, **kwargs)
 
     def _recompute(self, mod: nn.Module, orig: Callable, state: _SegState) -> None:
         saved: list[torch.Tensor] = []
@@ -640,19 +646,15 @@ class PlanExecutor:
         # recomputed unit's activations on every step (~0.5 GB per MobileNetV2 b32 step
         # at a 30% budget).  Backward needs only their values.
         state.bn_next = 0
-        self._segments.append((state, True))
-        try:
-            with torch.random.fork_rng(devices=[]):
-                torch.set_rng_state(state.rng)
-                with (
-                    torch.enable_grad(),
-                    torch.autograd.graph.saved_tensors_hooks(
-                        lambda t: saved.append(t.detach()) or len(saved) - 1, lambda i: saved[i]
-                    ),
-                ):
-                    orig(*args, **kwargs)
-        finally:
-            self._segments.pop()
+        with self._segment(state, True), torch.random.fork_rng(devices=[]):
+            torch.set_rng_state(state.rng)
+            with (
+                torch.enable_grad(),
+                torch.autograd.graph.saved_tensors_hooks(
+                    lambda t: saved.append(t.detach()) or len(saved) - 1, lambda i: saved[i]
+                ),
+            ):
+                orig(*args, **kwargs)
         for n, b in mod.named_buffers():
             b.data.copy_(buffers[n])
         if len(saved) != len(state.placeholders):
