@@ -35,6 +35,7 @@ from edgetrain.engine.budget.alloc import (
     plan_states,
     step_timeline,
     torch_visible,
+    unit_call_steps,
 )
 from edgetrain.engine.budget.plan import ExecutionPlan, UnitDecision
 from edgetrain.engine.budget.planner import simulate_all
@@ -174,7 +175,7 @@ def test_compressed_unit_beside_a_recomputed_one_is_covered_at_every_step(tiny):
     )
     assert plan_states(prof, p) == states
     got, _ = measure_alloc_steps(
-        model, inputs, loss_fn, {u.name: u.step for u in prof.units},
+        model, inputs, loss_fn, unit_call_steps(prof),
         {s for s, _ in prof.glue}, t, plan=p,
     )  # fmt: skip
     pred = simulate_all(prof, states)
@@ -262,7 +263,7 @@ def test_a_mask_whose_output_a_glue_op_keeps_is_predicted_with_its_measured_exce
     # per step, on the instrument the excess was measured with (the profiler's events)
     t = prof.n_steps
     meas = measure_alloc_steps(
-        model, (x,), loss_fn, {u.name: u.step for u in prof.units},
+        model, (x,), loss_fn, unit_call_steps(prof),
         {s for s, _ in prof.glue}, t, plan=p,
     )[0]  # fmt: skip
     assert (meas <= simulate_all(torch_visible(prof), states)[: len(meas)]).all()
@@ -297,7 +298,7 @@ def test_a_regenerated_leaf_feeding_a_recomputed_unit_keeps_its_input(tiny):
     }
     t = prof.n_steps
     meas = measure_alloc_steps(
-        model, (x,), loss_fn, {u.name: u.step for u in prof.units},
+        model, (x,), loss_fn, unit_call_steps(prof),
         {s for s, _ in prof.glue}, t, plan=p,
     )[0]  # fmt: skip
     seen = simulate_all(torch_visible(prof), states)[: len(meas)]

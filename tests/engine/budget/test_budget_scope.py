@@ -147,7 +147,7 @@ def test_grad_schedule_counts_shared_parameters_once_at_first_backward_use():
     a, b = nn.Linear(4, 4), nn.Linear(4, 4)
     b.weight = a.weight  # tied: back-propagated first in b (later in forward)
     model = nn.Sequential(a, nn.ReLU(), b)
-    g = grad_schedule(model, {"0": 0, "2": 2}, 3)  # steps: 0 (a), 1 (glue), 2 (b)
+    g = grad_schedule(model, {"0": [0], "2": [2]}, 3)  # steps: 0 (a), 1 (glue), 2 (b)
     w, bias = 16 * 4, 4 * 4
     # backward: b at 2T-1-2 = 3, glue at 4, a at 5
     assert list(g) == [0, 0, 0, w + bias, w + bias, w + 2 * bias]

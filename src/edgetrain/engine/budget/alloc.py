@@ -115,19 +115,28 @@ class AllocTimeline:
         return max(self.measured, default=0)
 
 
-def grad_schedule(model: nn.Module, unit_steps: dict[str, int], n_steps: int) -> np.ndarray:
+def unit_call_steps(profile: Any) -> dict[str, list[int]]:
+    """The forward step of every call of every unit, in call order (a shared module's
+    calls are several units of one name, :attr:`.profile.UnitProfile.call`)."""
+    steps: dict[str, list[int]] = {}
+    for u in sorted(profile.units, key=lambda v: v.step):
+        steps.setdefault(u.name, []).append(u.step)
+    return steps
+
+
+def grad_schedule(model: nn.Module, unit_steps: dict[str, list[int]], n_steps: int) -> np.ndarray:
     """Bytes of parameter gradients held at every timeline step (see the module doc)."""
     t = n_steps
     size: dict[int, int] = {
         id(p): p.numel() * p.element_size() for p in model.parameters() if p.requires_grad
     }
     first_bwd: dict[int, int] = {}  # id(param) -> backward step of its first use
-    for name, step in unit_steps.items():
+    for name, steps in unit_steps.items():
         mod = model.get_submodule(name) if name else model
         for p in mod.parameters():
             if id(p) in size:
                 # the unit latest in forward order is back-propagated first
-                b = 2 * t - 1 - step
+                b = 2 * t - 1 - max(steps)
                 first_bwd[id(p)] = min(first_bwd.get(id(p), b), b)
     for k in size:  # no unit (the model's own, used in glue): from the first backward step
         first_bwd.setdefault(k, t)
@@ -223,7 +232,7 @@ def measure_alloc_steps(
     model: nn.Module,
     inputs: Sequence[Any],
     loss_fn: Callable[[Any], torch.Tensor],
-    unit_steps: dict[str, int],
+    unit_steps: dict[str, list[int]],
     glue_steps: set[int],
     n_steps: int,
     seed: int = 0,
@@ -249,25 +258,27 @@ def measure_alloc_steps(
     base = plan if plan is not None else ExecutionPlan("none", 1, 1, 1, 0.0, [])
     state = copy.deepcopy(model.state_dict())
     rng = torch.get_rng_state()
-    seen: set[str] = set()
+    seen: dict[str, int] = {}  # calls of each unit ended so far in this step
     handles = []
 
     def pre(name: str):
         def hook(mod, args):
-            if name not in seen:
-                mark(f"f{unit_steps[name]}")
+            i = seen.get(name, 0)
+            if i < len(unit_steps[name]):
+                mark(f"f{unit_steps[name][i]}")
 
         return hook
 
     def post(name: str):
         def hook(mod, args, out):
-            if name in seen:
+            i = seen.get(name, 0)
+            if i >= len(unit_steps[name]):
                 return
-            seen.add(name)
-            mark(f"e{unit_steps[name]}")
+            seen[name] = i + 1
+            step = unit_steps[name][i]
+            mark(f"e{step}")
             g = _first_grad_tensor(out)
             if g is not None:
-                step = unit_steps[name]
                 g.register_hook(lambda _g, step=step: mark(f"b{step}"))
 
         return hook
@@ -359,7 +370,7 @@ def build_timeline(
     every unit compressed (the ``fix`` transients of the module doc)."""
     from edgetrain.engine.budget.planner import simulate
 
-    unit_steps = {u.name: u.step for u in profile.units}
+    unit_steps = unit_call_steps(profile)
     glue_steps = {s for s, _ in profile.glue}
     t = profile.n_steps
     meas, released = measure_alloc_steps(model, inputs, loss_fn, unit_steps, glue_steps, t, seed)
@@ -385,22 +396,21 @@ def build_timeline(
         if rc:
             configs.append(("recompute", rc))
         for c in ("mix",):
-            cu = [u for u in profile.units if c in u.codecs and u.calls == 1 and u.float_bytes]
+            cu = [u for u in profile.units if c in u.codecs and u.float_bytes]
             if cu:
                 configs.append((f"compress:{c}", cu))
         for kind, units in configs:
             if kind == "mask":
                 continue
             d, codec = (kind.split(":") + [None])[:2]
-            p = ExecutionPlan(
-                "hybrid", 1, 1, 1, 0.0, [UnitDecision(u.name, d, codec) for u in units]
-            )
+            names = dict.fromkeys(u.name for u in units)  # a shared module once
+            p = ExecutionPlan("hybrid", 1, 1, 1, 0.0, [UnitDecision(n, d, codec) for n in names])
             got = measure_alloc_steps(
                 model, inputs, loss_fn, unit_steps, glue_steps, t, seed, plan=p
             )[0]
             pred = simulate_all(seen_as, {u.name: (d, codec) for u in units})
             out.fix[kind] = {
-                u.name: (
+                u.entry: (
                     int(max(got[u.step] - pred[u.step], 0)),
                     int(max(got[2 * t - 1 - u.step] - pred[2 * t - 1 - u.step], 0)),
                 )
@@ -470,7 +480,7 @@ def _regen_step_fix(model, profile, inputs, loss_fn, seed, seen_as) -> dict[str,
     rs = _regen_set(profile.regens)
     if len(rs) < 2:
         return {}
-    unit_steps = {u.name: u.step for u in profile.units}
+    unit_steps = unit_call_steps(profile)
     glue_steps = {s for s, _ in profile.glue}
     t = profile.n_steps
     p = ExecutionPlan(
@@ -497,7 +507,7 @@ def _leaf_fix(
     from edgetrain.engine.budget.plan import ExecutionPlan
     from edgetrain.engine.budget.planner import simulate_all
 
-    unit_steps = {u.name: u.step for u in profile.units}
+    unit_steps = unit_call_steps(profile)
     glue_steps = {s for s, _ in profile.glue}
     t = profile.n_steps
     by_step: dict[int, list[Any]] = {}

@@ -166,11 +166,25 @@ class _Ctx:
         later = sum(self.profile.item_s[u.step + 1 :])
         return 3.0 * later + u.fwd_s + 1e-6
 
+    def calls(self, u: UnitProfile | Fine) -> list[UnitProfile | Fine]:
+        """Every unit that takes ``u``'s decision: the calls of a shared module (one
+        :class:`UnitProfile` each, :attr:`UnitProfile.call`), else ``u`` alone."""
+        if not isinstance(u, UnitProfile) or u.calls == 1:
+            return [u]
+        return [v for v in self.profile.units if v.name == u.name]
+
+    def decision_cost(self, u: UnitProfile | Fine, s: State) -> float:
+        """What taking state ``s`` costs over every call it applies to."""
+        return sum(self.cost(v, s) for v in self.calls(u))
+
     def mps(self, u: UnitProfile | Fine, cur: State, nxt: State) -> float:
-        sm = self.held(u, cur) - self.held(u, nxt)
-        if sm <= 0:
+        """Eq. 5 for a decision: saved memory x freed lifetime over its cost, summed over
+        the calls it applies to (a shared module decides for all its calls)."""
+        vs = self.calls(u)
+        gain = sum(max(self.held(v, cur) - self.held(v, nxt), 0) * self.flt(v) for v in vs)
+        if gain <= 0:
             return -1.0
-        return sm * self.flt(u) / max(self.cost(u, nxt), 1e-9)
+        return gain / max(self.decision_cost(u, nxt), 1e-9)
 
 
 def simulate(
@@ -333,7 +347,7 @@ def simulate_all(profile: ModelProfile, states: dict[str, State]) -> np.ndarray:
         if d in ("recompute", "compress", "swap"):
             mem[u.step] += u.leaf_max_bytes
             kind = d if d != "compress" else f"compress:{codec}"
-            f, b = fix.get(kind, {}).get(u.name, (0, 0))
+            f, b = fix.get(kind, {}).get(u.entry, (0, 0))
             mem[u.step] += f
             mem[2 * t - 1 - u.step] += b
             if d != "recompute" and released:  # its raw tensors are gone from its backward
@@ -450,7 +464,8 @@ def _greedy(
     unplanned = int(sim(profile, states).max(initial=0))
     best_peak = unplanned
     history: list[tuple[int, dict[str, State], dict[str, float]]] = [(unplanned, dict(states), {})]
-    evictable: list[UnitProfile | Fine] = [u for u in profile.units if u.calls == 1]
+    # a shared module's calls take one decision: its first call stands for all of them
+    evictable: list[UnitProfile | Fine] = [u for u in profile.units if u.call == 0]
     evictable += masks + regens + lrs
     fine: list[Fine] = [*masks, *regens, *lrs]
     # the unit each fine candidate lives in (a recomputed unit voids its fine choices)
@@ -495,7 +510,7 @@ def _greedy(
                     drop = peak - int(sim(profile, states).max(initial=0))
                     states[key(u)] = cur
                     if drop > 0:
-                        score = drop * ctx.flt(u) / max(ctx.cost(u, nxt), 1e-9)
+                        score = drop * ctx.flt(u) / max(ctx.decision_cost(u, nxt), 1e-9)
                         if best is None or score > best[0]:
                             best = (score, u, nxt)
                 score = ctx.mps(u, cur, nxt)
@@ -828,15 +843,18 @@ def _build(
     ctx = r.ctx
     units = []
     for u in profile.units:
+        if u.call:  # a shared module: one decision for all its calls, summed
+            continue
         s = states[u.name]
+        vs = ctx.calls(u)
         units.append(
             UnitDecision(
                 name=u.name,
                 decision=s[0],
                 codec=s[1],
-                saved_bytes=u.saved_bytes,
-                held_bytes=ctx.held(u, s),
-                cost_s=ctx.cost(u, s),
+                saved_bytes=sum(v.saved_bytes for v in vs),
+                held_bytes=sum(ctx.held(v, s) for v in vs),
+                cost_s=ctx.decision_cost(u, s),
                 mps=mps_at.get(u.name),
             )
         )

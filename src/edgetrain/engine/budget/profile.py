@@ -128,10 +128,20 @@ class UnitProfile:
     #: recomputable units (the costliest ones by eq. 6 and the rest)
     rc_scale: float = 1.0
     rc_fixed_s: float = 0.0
+    #: which call of the module this is (0-based): a module called ``calls`` times (shared
+    #: weights: ALBERT's layer, a block applied twice) is one unit per call, all taking the
+    #: module's one decision, each with its own step, inputs and saved tensors
+    call: int = 0
 
     @property
     def saved_bytes(self) -> int:
         return sum(self.saved.values())
+
+    @property
+    def entry(self) -> str:
+        """This call's key where per-call measurements are kept (the module's name for its
+        first call, ``name#k`` for its k-th later one)."""
+        return self.name if self.call == 0 else f"{self.name}#{self.call}"
 
     def rc_eq6(self) -> float:
         """FedHybrid eq. 6: OpTime(j) + psi * sum of the chain's other op times.
@@ -153,8 +163,9 @@ class UnitProfile:
 
     def recomputable(self) -> bool:
         """Recomputing it frees memory (it saves more than its inputs) and the executor
-        can wrap it (called once, not the whole model)."""
-        return bool(self.name) and self.calls == 1 and self.saved_bytes > sum(self.inputs.values())
+        can wrap it (not the whole model).  Each call of a shared module is recomputed
+        from its own inputs (:class:`~.executor.PlanExecutor` keeps one state per call)."""
+        return bool(self.name) and self.saved_bytes > sum(self.inputs.values())
 
 
 @dataclass
@@ -333,8 +344,16 @@ def _record_forward(
     model: nn.Module,
     inputs: Sequence[Any],
     loss_fn: Callable[[Any], torch.Tensor],
-) -> tuple[list[tuple[str, Any]], dict[str, tuple[tuple, dict]], dict[str, int], set[str]]:
-    """One forward + loss; events in order, captured unit inputs, call counts, layout modules."""
+) -> tuple[
+    list[tuple[str, Any]],
+    dict[str, tuple[tuple, dict]],
+    dict[str, int],
+    set[str],
+    dict[str, list[tuple[tuple, dict]]],
+]:
+    """One forward + loss; events in order, captured module inputs (first call), call
+    counts, layout modules, and every call's inputs (a module called several times, such
+    as ALBERT's shared layer, is one unit per call)."""
     names = {id(m): n for n, m in model.named_modules()}
     leaves = {
         n
@@ -346,6 +365,7 @@ def _record_forward(
     stack: list[str] = []
     events: list[tuple[str, Any]] = []
     captured: dict[str, tuple[tuple, dict]] = {}
+    every_call: dict[str, list[tuple[tuple, dict]]] = {}
     calls: dict[str, int] = {}
     layout: set[str] = set()
     order = [0]
@@ -356,6 +376,7 @@ def _record_forward(
         calls[n] = calls.get(n, 0) + 1
         if n not in captured:
             captured[n] = (args, kwargs)
+        every_call.setdefault(n, []).append((args, kwargs))
         events.append(("call", n))
 
     def post(mod, args, kwargs, out):
@@ -405,7 +426,7 @@ def _record_forward(
         sink.clear()
         for h in handles:
             h.remove()
-    return events, captured, calls, layout
+    return events, captured, calls, layout, every_call
 
 
 def select_units(model: nn.Module, saved_by_module: dict[str, int], max_units: int) -> list[str]:
@@ -553,7 +574,7 @@ def profile_model(
     in-step overhead itself varies between steps (one profile's 7 differences were
     bimodal: 9-74 ms and 171-250 ms).
     """
-    events, captured, calls, layout = _record_forward(model, inputs, loss_fn)
+    events, captured, calls, layout, every_call = _record_forward(model, inputs, loss_fn)
     recs = [e[1] for e in events if e[0] == "save"]
     saved_by_module: dict[str, int] = {}
     for r in recs:
@@ -566,10 +587,13 @@ def profile_model(
     units = select_units(model, saved_by_module, max_units)
     unit_set = set(units)
 
-    # forward items: unit calls and glue runs, in order
-    items: list[tuple[str, Any]] = []  # ("unit", name) | ("glue", dict)
-    unit_step: dict[str, int] = {}
-    unit_recs: dict[str, list[_Rec]] = {u: [] for u in units}
+    # forward items: unit calls and glue runs, in order; a unit called several times
+    # (shared weights) is one item per call, each with the tensors that call saves
+    items: list[tuple[str, Any]] = []  # ("unit", (name, call)) | ("glue", dict)
+    unit_step: dict[str, int] = {}  # the first call's item
+    call_step: dict[tuple[str, int], int] = {}
+    current: dict[str, int] = {}  # the call of each unit running now
+    unit_recs: dict[tuple[str, int], list[_Rec]] = {}
     glue: list[tuple[int, dict[int, int]]] = []
     leaf_out: list[tuple[str, int, tuple[int, int], tuple[int, int]]] = []
     for kind, payload in events:
@@ -578,13 +602,16 @@ def profile_model(
                 leaf_out.append((payload[0], max(len(items) - 1, 0), payload[1], payload[2]))
             continue
         if kind == "call":
-            if payload in unit_set and payload not in unit_step:
-                unit_step[payload] = len(items)
-                items.append(("unit", payload))
+            if payload in unit_set:
+                c = current[payload] = current.get(payload, -1) + 1
+                unit_step.setdefault(payload, len(items))
+                call_step[(payload, c)] = len(items)
+                unit_recs[(payload, c)] = []
+                items.append(("unit", (payload, c)))
             continue
         owner = next((n for n in payload.stack if n in unit_set), None)
         if owner is not None:
-            unit_recs[owner].append(payload)
+            unit_recs[(owner, current[owner])].append(payload)
         else:
             if not items or items[-1][0] != "glue":
                 items.append(("glue", {}))
@@ -593,17 +620,20 @@ def profile_model(
 
     profiles: list[UnitProfile] = []
     item_s = [0.0] * len(items)
-    for name in sorted(unit_step, key=unit_step.get):
-        rs = unit_recs[name]
+    times: dict[str, tuple[float, float]] = {}
+    for name, call in sorted(call_step, key=call_step.get):
+        rs = unit_recs[(name, call)]
         saved = {r.key: r.nbytes for r in rs}
-        args, kwargs = captured[name]
+        args, kwargs = every_call[name][call]
         inputs_b: dict[int, int] = {}
         for a in list(args) + list(kwargs.values()):
             if isinstance(a, torch.Tensor):
                 k, nb = storage_key(a)
                 inputs_b[k] = nb
-        fwd, last = _time_unit(model, name, args, kwargs, repeats)
-        item_s[unit_step[name]] = fwd
+        if name not in times:  # every call of a shared unit is priced as its first one
+            times[name] = _time_unit(model, name, *captured[name], repeats)
+        fwd, last = times[name]
+        item_s[call_step[(name, call)]] = fwd
         uniq: dict[int, torch.Tensor] = {}
         leaf_bytes: dict[str, int] = {}
         for r in rs:
@@ -630,8 +660,9 @@ def profile_model(
         up = UnitProfile(
             index=len(profiles),
             name=name,
-            step=unit_step[name],
+            step=call_step[(name, call)],
             calls=calls.get(name, 1),
+            call=call,
             fwd_s=fwd,
             last_op_s=last,
             has_layout=name in layout,
@@ -1043,7 +1074,10 @@ def _in_situ_costs(
     from edgetrain.engine.budget.plan import ExecutionPlan, UnitDecision
 
     rcs = [u for u in units if u.recomputable()]
-    rc_price = sum(u.rc_eq6() for u in rcs)
+    # a shared module is recomputed at every call or at none: group its calls
+    rc_names = list(dict.fromkeys(u.name for u in rcs))
+    rc_calls = {n: [u for u in units if u.name == n] for n in rc_names}
+    rc_price = sum(u.rc_eq6() for us in rc_calls.values() for u in us)
     # regenerations by kind (:func:`regen_kind`), each a set that can run together
     rg_groups: dict[str, list[RegenProfile]] = {}
     for r in regens:
@@ -1058,13 +1092,16 @@ def _in_situ_costs(
     # recomputation in two groups (:func:`split_by_price`): costliest half and the rest
     rc_groups: dict[str, list[UnitProfile]] = {}
     if rcs and rc_price > 0:
-        hi, lo = split_by_price([u.rc_eq6() for u in rcs])
-        rc_groups = {"recompute:hi": [rcs[i] for i in hi], "recompute:lo": [rcs[i] for i in lo]}
+        hi, lo = split_by_price([sum(u.rc_eq6() for u in rc_calls[n]) for n in rc_names])
+        rc_groups = {
+            k: [u for i in idx for u in rc_calls[rc_names[i]]]
+            for k, idx in (("recompute:hi", hi), ("recompute:lo", lo))
+        }
     for k, us in rc_groups.items():
         if us:
             plans[k] = ExecutionPlan(
                 "recompute", 1, 1, 1, 0.0,
-                [UnitDecision(name=u.name, decision="recompute") for u in us],
+                [UnitDecision(name=n, decision="recompute") for n in dict.fromkeys(u.name for u in us)],
             )  # fmt: skip
     for k, rgs in rg_sets.items():
         if rgs and rg_price[k] > 0:

@@ -57,7 +57,8 @@ class _Space:
         if exact:  # lossless decisions only: no unit is newly compressed
             unit_states = {s for s in unit_states if s[0] != "compress"} | {KEEP}
         self.unit_states = sorted(unit_states, key=lambda s: (s[0], s[1] or ""))
-        self.units = [u for u in profile.units if u.calls == 1 and self.unit_states]
+        # a shared module's calls take one decision, keyed by its first call
+        self.units = [u for u in profile.units if u.call == 0 and self.unit_states]
         regens = list(profile.regens) if method in REGEN_METHODS else []
         masks = list(profile.masks) if method in MASK_METHODS else []
         lrs = list(profile.leaf_recomputes) if method in REGEN_METHODS else []
@@ -110,7 +111,7 @@ class _Space:
         return new
 
     def cost(self, key: str, s: State) -> float:
-        return self.ctx.cost(self.by_key[key], s)
+        return self.ctx.decision_cost(self.by_key[key], s)
 
 
 def overhead(profile: ModelProfile, states: dict[str, State], ctx) -> float:
