@@ -485,7 +485,8 @@ def _regen_step_fix(model, profile, inputs, loss_fn, seed, seen_as) -> dict[str,
     t = profile.n_steps
     p = ExecutionPlan(
         "hybrid", 1, 1, 1, 0.0,
-        [UnitDecision(r.name, "regen", None, chain=list(r.chain) or None) for r in rs],
+        [UnitDecision(r.name, "regen", None, chain=list(r.chain) or None)
+         for r in {r.state_key: r for r in rs}.values()],
     )  # fmt: skip
     got = measure_alloc_steps(model, inputs, loss_fn, unit_steps, glue_steps, t, seed, plan=p)[0]
     pred = simulate_all(seen_as, {r.state_key: ("regen", None) for r in rs})
@@ -516,13 +517,16 @@ def _leaf_fix(
     out: dict[str, tuple[int, int]] = {}
     for j in range(max((len(v) for v in by_step.values()), default=0)):
         ms = [v[j] for v in by_step.values() if len(v) > j]
-        p = ExecutionPlan("hybrid", 1, 1, 1, 0.0, [decide(m) for m in ms])
+        # one decision per key: a shared leaf's calls at several steps take one decision
+        p = ExecutionPlan(
+            "hybrid", 1, 1, 1, 0.0, [decide(m) for m in {m.state_key: m for m in ms}.values()]
+        )
         got = measure_alloc_steps(model, inputs, loss_fn, unit_steps, glue_steps, t, seed, plan=p)[
             0
         ]
         pred = simulate_all(seen_as, {m.state_key: (decision, None) for m in ms})
         for m in ms:
-            out[m.state_key] = (
+            out[m.entry] = (
                 int(max(got[m.step] - pred[m.step], 0)),
                 int(max(got[2 * t - 1 - m.step] - pred[2 * t - 1 - m.step], 0)),
             )

@@ -263,9 +263,14 @@ class PlanExecutor:
                 for n, leaf in names[u.name].named_modules(prefix=u.name):
                     if n not in masked and mask_range(leaf) is not None:
                         auto[n] = UnitDecision(n, "mask")
-        # units first, then masks, regen last: wrappers compose on one module
+        # units first, then masks, regen last: wrappers compose on one module; a
+        # decision listed twice (as a shared module's calls can be) is installed once
+        once = {
+            (u.name, u.decision, tuple(u.chain or ())): u
+            for u in [*self.plan.units, *auto.values()]
+        }
         order = sorted(
-            [*self.plan.units, *auto.values()],
+            once.values(),
             key=lambda u: {"regen": 2, "mask": 1}.get(u.decision, 0),
         )
         for u in order:

@@ -167,11 +167,9 @@ class _Ctx:
         return 3.0 * later + u.fwd_s + 1e-6
 
     def calls(self, u: UnitProfile | Fine) -> list[UnitProfile | Fine]:
-        """Every unit that takes ``u``'s decision: the calls of a shared module (one
-        :class:`UnitProfile` each, :attr:`UnitProfile.call`), else ``u`` alone."""
-        if not isinstance(u, UnitProfile) or u.calls == 1:
-            return [u]
-        return [v for v in self.profile.units if v.name == u.name]
+        """Every profile that takes ``u``'s decision: the calls of a shared module or of
+        a leaf inside one (one profile per call, ``call`` 0, 1, ...), else ``u`` alone."""
+        return calls_of(self.profile, u)
 
     def decision_cost(self, u: UnitProfile | Fine, s: State) -> float:
         """What taking state ``s`` costs over every call it applies to."""
@@ -185,6 +183,22 @@ class _Ctx:
         if gain <= 0:
             return -1.0
         return gain / max(self.decision_cost(u, nxt), 1e-9)
+
+
+def decision_key(u: UnitProfile | Fine) -> str:
+    """The key of ``u``'s decision in a planner's states (shared by all its calls)."""
+    return u.name if isinstance(u, UnitProfile) else u.state_key
+
+
+def calls_of(profile: ModelProfile, u: UnitProfile | Fine) -> list[UnitProfile | Fine]:
+    """Every profile of ``profile`` that takes ``u``'s decision (:meth:`_Ctx.calls`)."""
+    if isinstance(u, LeafRecomputeProfile):
+        return [u]
+    if isinstance(u, UnitProfile):
+        return [u] if u.calls == 1 else [v for v in profile.units if v.name == u.name]
+    pool = profile.regens if isinstance(u, RegenProfile) else profile.masks
+    same = [v for v in pool if v.state_key == u.state_key]
+    return same if len(same) > 1 else [u]
 
 
 def simulate(
@@ -357,7 +371,7 @@ def simulate_all(profile: ModelProfile, states: dict[str, State]) -> np.ndarray:
     for m in profile.masks if mask_fix else ():
         if states.get(m.state_key, ("keep",))[0] != "mask" or m.step in recomputed:
             continue  # a recomputed unit runs without masks (simulate)
-        f, b = mask_fix.get(m.state_key, (0, 0))
+        f, b = mask_fix.get(m.entry, (0, 0))
         mem[m.step] += f
         mem[2 * t - 1 - m.step] += b
     # regenerations: per step, the largest single one's measured excess (alloc._regen_fix)
@@ -371,7 +385,7 @@ def simulate_all(profile: ModelProfile, states: dict[str, State]) -> np.ndarray:
     on: dict[int, list[tuple[int, int, int]]] = {}
     for r in profile.regens if regen_fix else ():
         if states.get(r.state_key, ("keep",))[0] == "regen" and r.step not in recomputed:
-            f, b = regen_fix.get(r.state_key, (0, 0))
+            f, b = regen_fix.get(r.entry, (0, 0))
             on.setdefault(r.step, []).append((f, b, r.out_bytes))
     for k, fs in on.items():
         f, b = max(x[0] for x in fs), max(x[1] for x in fs)
@@ -455,18 +469,14 @@ def _greedy(
         states[r.state_key] = ("keep", None)
     # a mask and regenerations replacing the same stored tensor exclude each other, and
     # so do a mask and a regeneration from the masked tensor (which would hold it whole)
-    rivals: dict[str, list[str]] = {}
-    for f in [*regens, *masks, *lrs]:
-        rivals[f.state_key] = [
-            g.state_key for g in [*regens, *masks, *lrs] if g is not f and _clash(f, g)
-        ]
+    rivals = _rivals([*regens, *masks, *lrs])
     mps_at: dict[str, float] = {}
     unplanned = int(sim(profile, states).max(initial=0))
     best_peak = unplanned
     history: list[tuple[int, dict[str, State], dict[str, float]]] = [(unplanned, dict(states), {})]
     # a shared module's calls take one decision: its first call stands for all of them
     evictable: list[UnitProfile | Fine] = [u for u in profile.units if u.call == 0]
-    evictable += masks + regens + lrs
+    evictable += [f for f in masks + regens + lrs if getattr(f, "call", 0) == 0]
     fine: list[Fine] = [*masks, *regens, *lrs]
     # the unit each fine candidate lives in (a recomputed unit voids its fine choices)
     owner: dict[str, str] = {}
@@ -543,6 +553,22 @@ def _greedy(
             mem = sim(profile, states)
             best_peak = min(best_peak, int(mem.max(initial=0)))
     return _Result(states, mps_at, int(mem.max(initial=0)), best_peak, unplanned, ctx, history)
+
+
+def _rivals(fine: list[Fine]) -> dict[str, list[str]]:
+    """Per fine decision, the others it excludes (:func:`_clash`) -- over all its calls."""
+    out: dict[str, list[str]] = {}
+    for f in fine:
+        got = out.setdefault(f.state_key, [])
+        for g in fine:
+            if (
+                g is not f
+                and g.state_key != f.state_key
+                and g.state_key not in got
+                and _clash(f, g)
+            ):
+                got.append(g.state_key)
+    return out
 
 
 def _clash(f: Fine, g: Fine) -> bool:
@@ -859,27 +885,29 @@ def _build(
             )
         )
     for g in profile.regens:
-        if states.get(g.state_key, ("keep", None))[0] == "regen":
+        if g.call == 0 and states.get(g.state_key, ("keep", None))[0] == "regen":
+            vs = ctx.calls(g)
             units.append(
                 UnitDecision(
                     name=g.name,
                     decision="regen",
-                    saved_bytes=g.out_bytes,
+                    saved_bytes=sum(v.out_bytes for v in vs),
                     held_bytes=0,
-                    cost_s=g.regen_cost(),
+                    cost_s=sum(v.regen_cost() for v in vs),
                     mps=mps_at.get(g.state_key),
                     chain=list(g.chain) or None,
                 )
             )
     for m in profile.masks:
-        if states.get(m.state_key, ("keep", None))[0] == "mask":
+        if m.call == 0 and states.get(m.state_key, ("keep", None))[0] == "mask":
+            vs = ctx.calls(m)
             units.append(
                 UnitDecision(
                     name=m.name,
                     decision="mask",
-                    saved_bytes=m.nbytes,
-                    held_bytes=m.mask_bytes,
-                    cost_s=m.cost_s,
+                    saved_bytes=sum(v.nbytes for v in vs),
+                    held_bytes=sum(v.mask_bytes for v in vs),
+                    cost_s=sum(v.cost_s for v in vs),
                     mps=mps_at.get(m.state_key),
                 )
             )

@@ -189,10 +189,18 @@ class RegenProfile:
     #: clamp tails, or a clamp in place over the held input); each kind gets its own
     #: in-step factor (:func:`_in_situ_costs`)
     kind: str = "forward"
+    #: which call of the leaf (a leaf of a shared module regenerates at every call: one
+    #: profile per call, all taking the one decision of :attr:`state_key`)
+    call: int = 0
 
     @property
     def state_key(self) -> str:
         return "regen:" + ">".join(self.chain) if self.chain else "regen:" + self.name
+
+    @property
+    def entry(self) -> str:
+        """This call's key for per-call measurements (``state_key``, ``#k`` after it)."""
+        return self.state_key if self.call == 0 else f"{self.state_key}#{self.call}"
 
     #: in-step factor (:func:`_in_situ_costs`): measured step overhead of regenerating /
     #: the isolated price, shared by the model's regenerations of the same :attr:`kind`
@@ -232,10 +240,15 @@ class MaskProfile:
     #: runs as one autograd function (no float stand-in in backward); False: hook
     #: fallback that expands the mask to a full tensor while the op's backward runs
     fast: bool = True
+    call: int = 0  # which call of the leaf (as :attr:`RegenProfile.call`)
 
     @property
     def state_key(self) -> str:
         return "mask:" + self.name
+
+    @property
+    def entry(self) -> str:
+        return self.state_key if self.call == 0 else f"{self.state_key}#{self.call}"
 
 
 @dataclass
@@ -294,6 +307,7 @@ class _Rec:
     stack: tuple[str, ...]
     tensor: torch.Tensor
     tid: int
+    call: int = 0  # which call of the innermost module on the stack saved it
 
 
 def _storage_ptrs(x: Any) -> set[int]:
@@ -383,7 +397,6 @@ def _record_forward(
         n = stack.pop()
         if (
             n in leaves
-            and calls[n] == 1
             and len(args) == 1
             and not kwargs
             and isinstance(args[0], torch.Tensor)
@@ -391,12 +404,13 @@ def _record_forward(
             and out.is_floating_point()
         ):
             # the tensor rides along so its storage cannot be reused while recording
-            events.append(("out", (n, storage_key(out), storage_key(args[0]), out)))
+            events.append(("out", (n, storage_key(out), storage_key(args[0]), out, calls[n] - 1)))
 
     def pack(t: torch.Tensor):
         ptr, nbytes = storage_key(t)
         if ptr not in params and nbytes > 0:
-            sink[0].append(("save", _Rec(order[0], ptr, nbytes, tuple(stack), t, id(t))))
+            call = calls[stack[-1]] - 1 if stack else 0
+            sink[0].append(("save", _Rec(order[0], ptr, nbytes, tuple(stack), t, id(t), call)))
             order[0] += 1
         # a detached alias, not ``t`` itself: a node that saves its own output (ReLU,
         # ...) would hold ``t`` -> ``t.grad_fn`` -> that node
@@ -595,11 +609,11 @@ def profile_model(
     current: dict[str, int] = {}  # the call of each unit running now
     unit_recs: dict[tuple[str, int], list[_Rec]] = {}
     glue: list[tuple[int, dict[int, int]]] = []
-    leaf_out: list[tuple[str, int, tuple[int, int], tuple[int, int]]] = []
+    # a leaf's output at every call: (leaf, item, output storage, input storage, call)
+    leaf_out: list[tuple[str, int, tuple[int, int], tuple[int, int], int]] = []
     for kind, payload in events:
         if kind == "out":
-            if calls.get(payload[0], 1) == 1:
-                leaf_out.append((payload[0], max(len(items) - 1, 0), payload[1], payload[2]))
+            leaf_out.append((payload[0], max(len(items) - 1, 0), *payload[1:3], payload[4]))
             continue
         if kind == "call":
             if payload in unit_set:
@@ -766,7 +780,7 @@ def _leaf_recompute_cost(mod: nn.Module, args: tuple, kwargs: dict, repeats: int
 def _mask_candidates(
     model: nn.Module,
     recs: list[_Rec],
-    leaf_out: list[tuple[str, int, tuple[int, int], tuple[int, int]]],
+    leaf_out: list[tuple[str, int, tuple[int, int], tuple[int, int], int]],
     repeats: int,
 ) -> list[MaskProfile]:
     """ReLU-family leaves whose single saved tensor nobody else saves (see module doc)."""
@@ -776,12 +790,12 @@ def _mask_candidates(
     for r in recs:
         by_key.setdefault(r.key, []).append(r)
     out: list[MaskProfile] = []
-    for name, step, (okey, _), (ikey, _) in leaf_out:
+    for name, step, (okey, _), (ikey, _), call in leaf_out:
         mod = model.get_submodule(name)
         rng = mask_range(mod)
         if rng is None:
             continue
-        own = [r for r in recs if r.stack and r.stack[-1] == name]
+        own = [r for r in recs if r.stack and r.stack[-1] == name and r.call == call]
         target = ikey if MASKABLE[type(mod)] == "input" else okey
         if len(own) != 1 or own[0].key != target:
             continue
@@ -797,7 +811,9 @@ def _mask_candidates(
             cost = _median_time(lambda t=t, rng=rng: decode_mask(encode_mask(t, *rng)), repeats)
         fwd = _median_time(lambda t=t, mod=mod: mod(t), repeats)
         out.append(
-            MaskProfile(name, step, fwd, target, own[0].nbytes, mask_bytes(t.numel()), cost, fast)
+            MaskProfile(
+                name, step, fwd, target, own[0].nbytes, mask_bytes(t.numel()), cost, fast, call
+            )
         )
     return out
 
@@ -832,14 +848,19 @@ def regen_kind(mods: Sequence[nn.Module], inplace: bool = False) -> str:
 
 def _regen_set(regens: list[RegenProfile]) -> list[RegenProfile]:
     """A largest-first set of regenerations that can all be applied at once (none drops
-    a storage another one drops or regenerates from)."""
+    a storage another one drops or regenerates from).  A decision applies to every call
+    of its leaf, so its calls' profiles are taken or left together."""
+    groups: dict[str, list[RegenProfile]] = {}
+    for r in regens:
+        groups.setdefault(r.state_key, []).append(r)
     chosen: list[RegenProfile] = []
     used: set[int] = set()
-    for r in sorted(regens, key=lambda r: -r.out_bytes):
-        if {r.out_key, r.in_key} & used:
+    for rs in sorted(groups.values(), key=lambda rs: -sum(r.out_bytes for r in rs)):
+        keys = {k for r in rs for k in (r.out_key, r.in_key)}
+        if keys & used:
             continue
-        chosen.append(r)
-        used |= {r.out_key, r.in_key}
+        chosen += rs
+        used |= keys
     return chosen
 
 
@@ -1087,7 +1108,12 @@ def _in_situ_costs(
     plans = {"none": ExecutionPlan("none", 1, 1, 1, 0.0, [])}
     if masks:
         plans["masks"] = ExecutionPlan(
-            "hybrid", 1, 1, 1, 0.0, [UnitDecision(name=m.name, decision="mask") for m in masks]
+            "hybrid",
+            1,
+            1,
+            1,
+            0.0,
+            [UnitDecision(name=n, decision="mask") for n in dict.fromkeys(m.name for m in masks)],
         )
     # recomputation in two groups (:func:`split_by_price`): costliest half and the rest
     rc_groups: dict[str, list[UnitProfile]] = {}
@@ -1108,7 +1134,7 @@ def _in_situ_costs(
             plans["regen:" + k] = ExecutionPlan(
                 "recompute", 1, 1, 1, 0.0,
                 [UnitDecision(name=r.name, decision="regen", chain=list(r.chain) or None)
-                 for r in rgs],
+                 for r in {r.state_key: r for r in rgs}.values()],
             )  # fmt: skip
     if len(plans) == 1:
         return
@@ -1188,7 +1214,7 @@ def _mask_exec_cost(
 def _regen_candidates(
     model: nn.Module,
     recs: list[_Rec],
-    leaf_out: list[tuple[str, int, tuple[int, int], tuple[int, int]]],
+    leaf_out: list[tuple[str, int, tuple[int, int], tuple[int, int], int]],
     captured: dict[str, tuple[tuple, dict]],
     repeats: int,
 ) -> list[RegenProfile]:
@@ -1216,7 +1242,7 @@ def _regen_candidates(
         return all(r.stack and r.stack[-1] == name for r in by_key.get(key, []))
 
     producer = {o[2][0]: o for o in leaf_out}  # output storage -> the leaf that made it
-    for name, step, (okey, obytes), (ikey, ibytes) in leaf_out:
+    for name, step, (okey, obytes), (ikey, ibytes), call in leaf_out:
         if okey == ikey or obytes < MIN_COMPRESS_NUMEL * 4:
             continue
         savers = by_key.get(okey, [])
@@ -1230,7 +1256,7 @@ def _regen_candidates(
             out.append(
                 RegenProfile(
                     name, step, fwd_of(name, inplace=inplace), okey, obytes, ikey, ibytes,
-                    len(savers), kind=regen_kind([mod], inplace),
+                    len(savers), kind=regen_kind([mod], inplace), call=call,
                 )
             )  # fmt: skip
         # chain (head -> this leaf): regenerate from the head's saved input, so this
@@ -1238,7 +1264,7 @@ def _regen_candidates(
         head = producer.get(ikey)
         if head is None or head[0] == name:
             continue
-        hname, hstep, _, (hkey, hbytes) = head
+        hname, hstep, _, (hkey, hbytes), _ = head
         if hname.rpartition(".")[0] != name.rpartition(".")[0]:
             continue  # siblings only (one block, one unit decision for both)
         if hkey in (okey, ikey) or not saves_own(hname, hkey):
@@ -1248,6 +1274,7 @@ def _regen_candidates(
                 name, hstep, fwd_of(hname, name), okey, obytes, hkey, hbytes,
                 len(savers), chain=(hname, name),
                 kind=regen_kind([model.get_submodule(hname), model.get_submodule(name)]),
+                call=call,
             )
         )  # fmt: skip
     return out

@@ -45,7 +45,7 @@ class _Space:
             _LADDER,
             MASK_METHODS,
             REGEN_METHODS,
-            _clash,
+            _rivals,
         )
 
         self.profile = profile
@@ -66,10 +66,7 @@ class _Space:
             mkeys = {m.key for m in masks}
             regens = [r for r in regens if r.chain or r.in_key not in mkeys]
         self.fine = [*masks, *regens, *lrs]
-        self.rivals: dict[str, list[str]] = {
-            f.state_key: [g.state_key for g in self.fine if g is not f and _clash(f, g)]
-            for f in self.fine
-        }
+        self.rivals: dict[str, list[str]] = _rivals(self.fine)
         self.owner: dict[str, str] = {}
         for f in self.fine:
             for u in profile.units:
@@ -79,7 +76,8 @@ class _Space:
         for k, o in self.owner.items():
             self.inside.setdefault(o, []).append(k)
         self.by_key: dict[str, UnitProfile | object] = {u.name: u for u in self.units}
-        self.by_key.update({f.state_key: f for f in self.fine})
+        # a decision over several calls is keyed by its first call's profile
+        self.by_key.update({f.state_key: f for f in self.fine if getattr(f, "call", 0) == 0})
 
     def on_state(self, key: str) -> list[State]:
         """Non-keep states of one decision."""
