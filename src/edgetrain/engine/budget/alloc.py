@@ -395,7 +395,10 @@ def build_timeline(
         rc = [u for u in profile.units if u.recomputable()]
         if rc:
             configs.append(("recompute", rc))
-        for c in ("mix",):
+        # every codec the profile priced: the GACT-like baseline's int8 / int4 decode
+        # transients too (round 19: unmeasured, a compress plan of a small residual CNN
+        # held 603,931 B over every allocation against its 591,214 B budget)
+        for c in sorted({c for u in profile.units for c in u.codecs}):
             cu = [u for u in profile.units if c in u.codecs and u.float_bytes]
             if cu:
                 configs.append((f"compress:{c}", cu))

@@ -291,6 +291,9 @@ class ModelProfile:
     #: every allocation of the step besides saved tensors (``scope="all"``), measured by
     #: ``profile_model(..., alloc_timeline=True)``; None: saved-tensor planning only
     alloc: AllocTimeline | None = None
+    #: storages of the step's own inputs (the batch): the caller holds them for the whole
+    #: step, so encoding or swapping their saves frees no allocation (``scope="all"``)
+    input_keys: set[int] = field(default_factory=set)
 
     def unit(self, name: str) -> UnitProfile:
         for u in self.units:
@@ -698,6 +701,7 @@ def profile_model(
     _in_situ_costs(model, inputs, loss_fn, profiles, regens, masks, in_situ_steps)
     lrs = _leaf_recompute_candidates(model, recs, captured, calls, unit_step, repeats)
     prof = ModelProfile(profiles, glue, len(items), item_s, total, regens, masks, lrs)
+    prof.input_keys = {storage_key(x)[0] for x in inputs if isinstance(x, torch.Tensor)}
     if alloc_timeline:
         prof.alloc = build_timeline(model, prof, inputs, loss_fn)
     return prof
