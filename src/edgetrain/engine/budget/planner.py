@@ -113,6 +113,7 @@ class _Ctx:
     io: IoContentionModel
     #: the walk's live states (None: units alone); fine choices shrink what a kept unit holds
     states: dict[str, State] | None = None
+    _peers: dict[tuple[str, str], list] | None = None
 
     def _fine_saving(self, u: UnitProfile) -> int:
         if not self.states:
@@ -168,8 +169,16 @@ class _Ctx:
 
     def calls(self, u: UnitProfile | Fine) -> list[UnitProfile | Fine]:
         """Every profile that takes ``u``'s decision: the calls of a shared module or of
-        a leaf inside one (one profile per call, ``call`` 0, 1, ...), else ``u`` alone."""
-        return calls_of(self.profile, u)
+        a leaf inside one (one profile per call, ``call`` 0, 1, ...), else ``u`` alone
+        (:func:`calls_of`, grouped once per context: the walk asks for every candidate)."""
+        if self._peers is None:
+            self._peers = {}
+            for v in [*self.profile.units, *self.profile.regens, *self.profile.masks]:
+                self._peers.setdefault(_peer_key(v), []).append(v)
+        if isinstance(u, LeafRecomputeProfile):
+            return [u]
+        same = self._peers.get(_peer_key(u), [u])
+        return same if len(same) > 1 else [u]
 
     def decision_cost(self, u: UnitProfile | Fine, s: State) -> float:
         """What taking state ``s`` costs over every call it applies to."""
@@ -185,20 +194,16 @@ class _Ctx:
         return gain / max(self.decision_cost(u, nxt), 1e-9)
 
 
-def decision_key(u: UnitProfile | Fine) -> str:
-    """The key of ``u``'s decision in a planner's states (shared by all its calls)."""
-    return u.name if isinstance(u, UnitProfile) else u.state_key
+def _peer_key(u: UnitProfile | Fine) -> tuple[str, str]:
+    """The decision ``u`` takes, shared by all its calls: (kind, key in the states)."""
+    if isinstance(u, UnitProfile):
+        return ("unit", u.name)
+    return (type(u).__name__, u.state_key)
 
 
 def calls_of(profile: ModelProfile, u: UnitProfile | Fine) -> list[UnitProfile | Fine]:
     """Every profile of ``profile`` that takes ``u``'s decision (:meth:`_Ctx.calls`)."""
-    if isinstance(u, LeafRecomputeProfile):
-        return [u]
-    if isinstance(u, UnitProfile):
-        return [u] if u.calls == 1 else [v for v in profile.units if v.name == u.name]
-    pool = profile.regens if isinstance(u, RegenProfile) else profile.masks
-    same = [v for v in pool if v.state_key == u.state_key]
-    return same if len(same) > 1 else [u]
+    return _Ctx(profile, IoContentionModel()).calls(u)
 
 
 def simulate(
