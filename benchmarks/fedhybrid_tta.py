@@ -88,11 +88,36 @@ QUICK_BERT_MODEL = {
     "options": {"vocab_size": 2000, "max_len": 32, "num_classes": 5, "hidden": 32,
                 "num_layers": 1, "heads": 2, "intermediate": 64},
 }  # fmt: skip
-TASKS = ("mnist", "bbc-bert")
+# Table 3's other NLP model: examples/federated-bbc-albert.yaml's clock (ALBERT-small, one
+# layer shared by all applications: ~6.4 GFLOPs forward per 128-token sample, 7.3 M float32
+# parameters = 29 MB per transfer; the example's comments cite Kaplan et al. 2020 §2.1)
+ALBERT_CLOCK = {"flops_per_sample": 6.4e9, "model_bytes": 2.9e7}
+# the plan model: examples/federated-bbc-albert.yaml's ALBERT (2 applications of one shared
+# layer, hidden 256, 4 heads, MLP 1024), planned per call since round 19 (it could not be
+# evicted before: every client below M_G went unplanned)
+ALBERT_PLAN_MODEL = {
+    "name": "albert-small",
+    "options": {"vocab_size": 10000, "max_len": 128, "num_classes": 5, "hidden": 256,
+                "num_layers": 2, "heads": 4, "intermediate": 1024},
+}  # fmt: skip
+# trained for real at half the width, as bbc-bert's BERT_MODEL (for CPU time)
+ALBERT_MODEL = {
+    "name": "albert-small",
+    "options": {"vocab_size": 10000, "max_len": 128, "num_classes": 5, "hidden": 128,
+                "num_layers": 2, "heads": 2, "intermediate": 512},
+}  # fmt: skip
+QUICK_ALBERT_MODEL = {
+    "name": "albert-small",
+    "options": {"vocab_size": 2000, "max_len": 32, "num_classes": 5, "hidden": 32,
+                "num_layers": 2, "heads": 2, "intermediate": 64, "embedding_dim": 16},
+}  # fmt: skip
+TASKS = ("mnist", "bbc-bert", "bbc-albert")
 TASK_TITLES = {
     "mnist": "MNIST-5k (LeNet proxy, MobileNetV2 plans/clock)",
     "bbc-bert": "BBC News (small BERT at half width trained, the example's planned, "
     "BERT-Small clock)",
+    "bbc-albert": "BBC News (small ALBERT at half width trained, the example's planned, "
+    "ALBERT-small clock)",
 }
 PLAN_MODEL = {
     "name": "mobilenetv2",
@@ -130,7 +155,7 @@ def mnist_task(quick: bool) -> dict:
     }  # fmt: skip
 
 
-def bbc_task(quick: bool) -> dict:
+def bbc_task(quick: bool, family: str = "bert") -> dict:
     """Task bbc-bert's own fields (Table 3's NLP task): BBC News (2 225 articles, 5 topics;
     20 % held out, the full test split evaluated every round) with a small BERT trained for
     real (``BERT_MODEL``: half the width of examples/federated-bbc-bert.yaml's, for CPU time).
@@ -144,11 +169,23 @@ def bbc_task(quick: bool) -> dict:
     (``BERT_PLAN_MODEL``; quick: the trained one) profiled by edgetrain.engine.budget at
     batch 4 (the example's plan_batch); clock: BERT-Small's FLOPs and bytes
     (``BERT_CLOCK``). Rounds default to 80 (the paper's 400 do not fit the
-    2-core CPU next to other work; ``--rounds``)."""
-    model = QUICK_BERT_MODEL if quick else BERT_MODEL
+    2-core CPU next to other work; ``--rounds``).
+
+    ``family="albert"`` (task bbc-albert): the same task with ALBERT in BERT's place: the
+    half-width ALBERT trained (``ALBERT_MODEL``), examples/federated-bbc-albert.yaml's
+    planned (``ALBERT_PLAN_MODEL``), its clock (``ALBERT_CLOCK``)."""
+    if family not in ("bert", "albert"):
+        raise ValueError(f"unknown BBC model family {family!r}; accepted: bert, albert")
+    albert = family == "albert"
+    if albert:
+        model = QUICK_ALBERT_MODEL if quick else ALBERT_MODEL
+        plan_model, clock = ALBERT_PLAN_MODEL, ALBERT_CLOCK
+    else:
+        model = QUICK_BERT_MODEL if quick else BERT_MODEL
+        plan_model, clock = BERT_PLAN_MODEL, BERT_CLOCK
     opts = model["options"]
     return {
-        "name": "tta-bbc",
+        "name": "tta-bbc-albert" if albert else "tta-bbc",
         "data": {"name": "bbc", "reshape": None,
                  "options": {"max_len": opts["max_len"], "vocab_size": opts["vocab_size"]}},
         "model": model,
@@ -156,11 +193,16 @@ def bbc_task(quick: bool) -> dict:
         if quick
         else {"clients": 100, "rounds": 80, "per_round": 20, "samples": None, "steps": 1},
         "batch": 8, "lr": 0.1, "m_g": "share:0.7", "plan_batch": 2 if quick else 4,
-        "plan_model": None if quick else BERT_PLAN_MODEL, "clock": BERT_CLOCK,
+        "plan_model": None if quick else plan_model, "clock": clock,
     }  # fmt: skip
 
 
-TASK_FIELDS = {"mnist": mnist_task, "bbc-bert": bbc_task}
+def bbc_albert_task(quick: bool) -> dict:
+    """Task bbc-albert: :func:`bbc_task` with ALBERT (Table 3's ALBERT rows)."""
+    return bbc_task(quick, family="albert")
+
+
+TASK_FIELDS = {"mnist": mnist_task, "bbc-bert": bbc_task, "bbc-albert": bbc_albert_task}
 
 
 def task_config(
@@ -479,8 +521,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--quick", action="store_true", help="tiny scale (seconds, for tests)")
     ap.add_argument(
         "--task", choices=TASKS, default="mnist",
-        help="mnist: MNIST-5k, LeNet proxy (Table 3's CV task); bbc-bert: BBC News with the "
-        "small BERT (Table 3's NLP task; 80 rounds unless --rounds)",
+        help="mnist: MNIST-5k, LeNet proxy (Table 3's CV task); bbc-bert / bbc-albert: BBC "
+        "News with the small BERT / ALBERT (Table 3's NLP task; 80 rounds unless --rounds)",
     )  # fmt: skip
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--aggregators", default="fedprox,fedyogi")

@@ -185,3 +185,30 @@ def test_collapse_stats_counts_one_class_rounds_and_the_next_cohort(tta):
     assert c["train_share_of_predicted"] == pytest.approx(1.6 / 3)  # mean of 0.6, 0.6, 0.4
     none = tta.collapse_stats([{"accuracy": 0.5}], None)
     assert none["evaluated_rounds"] == 0 and none["cohort_share_of_predicted"] is None
+
+
+def test_bbc_albert_task_is_bbc_with_albert(tta):
+    # the same task fields as bbc-bert; the model, the plan model and the clock are ALBERT's
+    a = tta.task_config(False, "fedprox", 2, task="bbc-albert")
+    b = tta.task_config(False, "fedprox", 2, task="bbc-bert")
+    assert a.name == "tta-bbc-albert-fedprox"
+    assert (a.data, a.partition, a.fleet) == (b.data, b.partition, b.fleet)
+    assert a.federated == b.federated and a.memory.m_g == b.memory.m_g == "share:0.7"
+    assert (a.model.name, a.memory.plan_model.name) == ("albert-small", "albert-small")
+    assert a.model.options["hidden"] == 128 and a.memory.plan_model.options["hidden"] == 256
+    assert a.clock.flops_per_sample == 6.4e9 and a.clock.model_bytes == 2.9e7
+    with pytest.raises(ValueError, match="unknown BBC model family 'gpt'"):
+        tta.bbc_task(False, family="gpt")
+
+
+def test_bbc_albert_quick_plans_the_shared_layer(tta, tmp_path):
+    # ALBERT's one shared layer is planned per call (round 19): clients below M_G get plans
+    out_file = tmp_path / "albert.json"
+    argv = ["--task", "bbc-albert", "--quick", "--aggregators", "fedprox", "--no-scale",
+            "--no-ablations", "--methods", "random,fedhybrid", "--extend", "1.0",
+            "--out", str(out_file)]  # fmt: skip
+    assert tta.main(argv) == 0
+    out = json.loads(out_file.read_text())
+    assert out["task"]["name"] == "bbc-albert"
+    lost = out["summary"]["fedprox"]["lost"]
+    assert lost["fedhybrid"]["planned"] > 0 and lost["random"]["planned"] == 0
