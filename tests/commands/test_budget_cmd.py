@@ -83,3 +83,33 @@ def test_cli_bad_scope(capsys):
     code, out, err = _run(capsys, "--model", "ds-cnn", "--batch", "2", "--scope", "everything")
     assert code == 2 and out == ""
     assert "--scope" in err
+
+
+def test_budget_profile_file_is_written_once_and_reused(capsys, tmp_path):
+    # the first run profiles and writes the file; a second run with another method and
+    # scope reads it (no op timed again) and plans the same as a fresh profile would
+    prof = tmp_path / "ds-cnn-b4.profile.json"
+    base = ["--model", "ds-cnn", "--batch", "4", "--repeats", "1", "--json", "--profile", str(prof)]
+    code, out, _ = _run(capsys, *base, "--budget", "0.7", "--method", "hybrid")
+    assert code == 0 and prof.exists()
+    first = json.loads(out)
+    assert first["profile"]["reused"] is False and first["within_budget"]
+    written = prof.read_bytes()
+    code, out, _ = _run(capsys, *base, "--budget", "0.6", "--method", "compress", "--scope", "all")
+    assert code == 0
+    second = json.loads(out)
+    assert second["profile"]["reused"] is True and second["within_budget"]
+    assert second["budget_scope"] == "all" and second["decisions"]["compress"] > 0
+    assert prof.read_bytes() == written  # read, not rewritten
+    code, _, err = _run(capsys, *base[:3], "8", *base[4:], "--budget", "0.7")
+    assert code != 0 and "measured for another setting" in err and "inputs: file" in err
+    assert prof.read_bytes() == written
+
+
+def test_budget_corrupt_profile_is_refused_and_kept(capsys, tmp_path):
+    prof = tmp_path / "p.json"
+    prof.write_text("{half a profi")
+    code, _, err = _run(capsys, "--model", "ds-cnn", "--batch", "2", "--repeats", "1",
+                        "--profile", str(prof))  # fmt: skip
+    assert code != 0 and "is not valid JSON" in err and "remove it to profile again" in err
+    assert prof.read_text() == "{half a profi"

@@ -59,6 +59,13 @@ def register(app: typer.Typer) -> None:
         plan_out: Path | None = typer.Option(
             None, "--plan-out", help="Write the ExecutionPlan JSON here."
         ),
+        profile_path: Path | None = typer.Option(
+            None,
+            "--profile",
+            help="Model profile file (JSON): read it when it was measured for this model, "
+            "batch, seed and machine; otherwise profile and write it there (one file serves "
+            "every --method, --scope and --budget).",
+        ),
         json_out: bool = typer.Option(False, "--json", help="Print one JSON object."),
         autotune: bool = typer.Option(
             False,
@@ -81,12 +88,28 @@ def register(app: typer.Typer) -> None:
 
         check_budget_form(budget)
         check_output_file(plan_out, "--plan-out")
+        check_output_file(profile_path, "--profile")
         net, inputs, loss_fn = zoo_task(model, batch, seed)
+        prof, reused, profile_s = None, False, None
+        if profile_path is not None:
+            import time
+
+            from edgetrain.engine.budget.profile_io import reusable_profile
+
+            if not json_out:
+                verb = "reading" if profile_path.exists() else "profiling for"
+                err_console.print(f"{verb} {profile_path} ({model}, batch {batch}) ...")
+            t0 = time.perf_counter()
+            prof, reused = reusable_profile(
+                profile_path, net, inputs, loss_fn, name=model, seed=seed
+            )
+            profile_s = time.perf_counter() - t0
         if not json_out:
-            err_console.print(f"profiling {model} (batch {batch}) and running {method} ...")
+            what = "running" if prof is not None else "profiling and running"
+            err_console.print(f"{what} {method} on {model} (batch {batch}) ...")
         rep = run_budget(
             net, inputs, loss_fn, budget, method, repeats=repeats, seed=seed, autotune=autotune,
-            scope=scope,
+            scope=scope, profile=prof,
         )  # fmt: skip
         if plan_out is not None:
             rep.plan.save(plan_out)
@@ -114,6 +137,10 @@ def register(app: typer.Typer) -> None:
             # the check of the scope: measured (saved or all-allocation) peak <= budget
             "within_budget": rep.within_budget,
         }
+        if profile_path is not None:
+            # reused: read from the file (no op was timed again); profile_s: reading or
+            # measuring and writing it
+            row["profile"] = {"path": str(profile_path), "reused": reused, "profile_s": profile_s}
         if autotune:
             row["autotune"] = rep.extra["autotune"]
         if json_out:
