@@ -58,6 +58,7 @@ really encoding the unit's saved float tensors (a batch slice of at most
 
 from __future__ import annotations
 
+import functools
 import math
 import statistics
 import time
@@ -193,7 +194,7 @@ class RegenProfile:
     #: profile per call, all taking the one decision of :attr:`state_key`)
     call: int = 0
 
-    @property
+    @functools.cached_property
     def state_key(self) -> str:
         return "regen:" + ">".join(self.chain) if self.chain else "regen:" + self.name
 
@@ -242,7 +243,7 @@ class MaskProfile:
     fast: bool = True
     call: int = 0  # which call of the leaf (as :attr:`RegenProfile.call`)
 
-    @property
+    @functools.cached_property
     def state_key(self) -> str:
         return "mask:" + self.name
 
@@ -265,7 +266,7 @@ class LeafRecomputeProfile:
     inputs: dict[int, int]  # storage -> bytes of its tensor inputs (held when recomputed)
     unit: str = ""  # the unit it runs in (recomputing that unit voids this choice)
 
-    @property
+    @functools.cached_property
     def state_key(self) -> str:
         return "leafrc:" + self.name
 

@@ -144,12 +144,22 @@ def refine(
     unit of the start may still be reverted)."""
     space = _Space(profile, method, ctx, exact)
     n_sims = [0]
+    # the simulators read a state only through ``states.get(key, keep)``, so states with
+    # the same non-keep decisions simulate alike; the search revisits many (MobileNetV2
+    # at 0.5: 12.8 k distinct among 29.2 k calls), each memoised read-only. The cap still
+    # counts every call, so the search and its result are as without the memo
+    memo: dict[frozenset, np.ndarray] = {}
 
     def peak_of(st: dict[str, State]) -> np.ndarray:
         if max_sims is not None and n_sims[0] >= max_sims:
             raise _Capped
         n_sims[0] += 1
-        return sim(profile, st)
+        key = frozenset(kv for kv in st.items() if kv[1] != KEEP)
+        mem = memo.get(key)
+        if mem is None:
+            mem = memo[key] = sim(profile, st)
+            mem.flags.writeable = False
+        return mem
 
     def excess(mem: np.ndarray) -> int:
         return int(np.maximum(mem - budget_bytes, 0).sum())
@@ -192,6 +202,7 @@ def refine(
             viol = np.nonzero(mem > budget_bytes)[0]
             lo, hi = int(viol.min()), int(viol.max())
             t2 = 2 * profile.n_steps
+            here = cost_of(st)  # the same for every trial of this step
             best = None
             for k, item in space.by_key.items():
                 if k == tabu:
@@ -209,7 +220,7 @@ def refine(
                     gain = ex - excess(m2)
                     if gain <= 0:
                         continue
-                    dc = cost_of(trial) - cost_of(st)
+                    dc = cost_of(trial) - here
                     score = dc / gain
                     if best is None or score < best[0]:
                         best = (score, trial, m2)
