@@ -106,7 +106,7 @@ def _config(root, name, a, budget=None):
         "seed": a.seed,
         "output_root": root,
         "model": {"name": a.model, "options": {"width_mult": a.width} if a.width else {}},
-        "data": {"name": a.data, "test_fraction": 0.25},
+        "data": {"name": a.data, "test_fraction": 0.25, "max_samples": a.max_samples},
         "train": {"epochs": a.epochs, "batch_size": a.batch, "lr": a.lr, "optimizer": "adam"},
     }
     if budget is not None:
@@ -146,6 +146,7 @@ def run(a) -> dict:
         for b in a.budgets.split(","):
             spec = {"limit": float(b) if b.replace(".", "", 1).isdigit() else b}
             spec.update(method=method, scope=a.scope)
+            spec.update(profile_repeats=a.profile_repeats, in_situ_steps=a.in_situ_steps)
             r = run_local(_config(root, f"{method}-{b}", a, spec))
             cost = _checkpoint_cost(r.run_dir)
             plan = _events(r.run_dir, "plan")[0]
@@ -186,6 +187,7 @@ def run(a) -> dict:
         "model": a.model,
         "width_mult": a.width,
         "data": a.data,
+        "max_samples": a.max_samples,
         "epochs": a.epochs,
         "batch": a.batch,
         "lr": a.lr,
@@ -198,6 +200,7 @@ def print_table(out: dict) -> None:
     print(
         f"{out['model']} (width {out['width_mult'] or 1.0}) on {out['data']}, "
         f"{out['epochs']} epochs of batch {out['batch']}, seed {out['seed']}"
+        + (f", {out['max_samples']} samples" if out.get("max_samples") else "")
     )
     print(
         f"{'method':<10} {'budget':>7} {'peak/budget':>11} {'accuracy':>9} {'exact':>6} "
@@ -235,11 +238,19 @@ def main(argv=None) -> int:
         action="store_true",
         help="also stop each budgeted run mid-way, resume it, compare with the whole run",
     )
-    p.add_argument("--quick", action="store_true", help="width 0.35 on digits, 2 epochs")
+    p.add_argument(
+        "--max-samples", type=int, default=None, help="use at most this many samples of --data"
+    )
+    p.add_argument("--profile-repeats", type=int, default=3, help="budget.profile_repeats")
+    p.add_argument("--in-situ-steps", type=int, default=10, help="budget.in_situ_steps")
+    p.add_argument(
+        "--quick", action="store_true",
+        help="width 0.35 on 400 digits, 2 epochs",
+    )  # fmt: skip
     p.add_argument("--json", action="store_true")
     a = p.parse_args(argv)
     if a.quick:
-        a.width, a.data, a.epochs, a.budgets = 0.35, "digits", 2, "0.5"
+        a.width, a.data, a.epochs, a.budgets, a.max_samples = 0.35, "digits", 2, "0.5", 400
     out = run(a)
     if a.json:
         json.dump(out, sys.stdout, indent=1)

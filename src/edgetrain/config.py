@@ -49,6 +49,8 @@ class DataSection(_Strict):
     options: dict[str, Any] = Field(default_factory=dict)
     test_fraction: float = Field(0.25, gt=0.0, lt=1.0)
     split: Literal["stratified", "by-group"] = "stratified"
+    #: use at most this many samples, a seeded random subset (as the federated config's)
+    max_samples: int | None = Field(None, ge=10)
 
 
 class TrainSection(_Strict):
@@ -75,6 +77,10 @@ class BudgetSection(_Strict):
     predictor: str | None = None
     samples_per_epoch: int = Field(8, ge=1, le=10_000)
     measure: Literal["epoch", "every"] = "epoch"
+    #: profiling effort (edgetrain.engine.budget.profile_model's repeats / in_situ_steps):
+    #: fewer is faster and the op costs noisier; memory is measured either way
+    profile_repeats: int = Field(3, ge=1, le=100)
+    in_situ_steps: int = Field(10, ge=0, le=1_000)
 
     @model_validator(mode="after")
     def _checked(self) -> BudgetSection:

@@ -67,3 +67,16 @@ def test_bad_names_are_clear_errors(tmp_path):
         run_local(_cfg(tmp_path, data={"name": "cifar100"}))
     with pytest.raises(ConfigError):
         parse_config({"train": {"batch_size": 0}})
+
+
+def test_max_samples_trains_on_a_seeded_subset(tmp_path):
+    # data.max_samples (as in the federated config): a seeded random subset, split as usual
+    totals = []
+    cut = _cfg(tmp_path, data={"name": "basicmotions", "max_samples": 40},
+               train={"epochs": 1, "batch_size": 6})  # fmt: skip
+    a = run_local(cut, on_step=lambda done, total: totals.append(total))
+    b = run_local(cut)
+    assert a.history[0].test_loss == b.history[0].test_loss  # the same subset every time
+    assert totals[-1] == 5  # 30 of the 40 samples train, in batches of 6
+    with pytest.raises(ConfigError, match="max_samples"):
+        _cfg(tmp_path, data={"name": "basicmotions", "max_samples": 3})

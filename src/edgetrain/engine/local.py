@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 
 from edgetrain import data as data_mod
@@ -121,6 +122,9 @@ def run_local(
         resumed = Resumption.open(resume_dir, config.train.epochs)
     generator = seed_everything(config.seed)
     dataset = data_mod.load(config.data.name, **config.data.options)
+    if config.data.max_samples is not None and config.data.max_samples < len(dataset):
+        keep = np.random.default_rng(config.seed).permutation(len(dataset))
+        dataset = dataset.subset(np.sort(keep[: config.data.max_samples]))
     train_ds, test_ds = dataset.train_test_split(
         test_fraction=config.data.test_fraction,
         seed=config.seed,

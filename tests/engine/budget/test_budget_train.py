@@ -18,8 +18,8 @@ from edgetrain.engine.local import run_local
 from edgetrain.errors import BudgetError, ConfigError
 from edgetrain.runs import load_state, read_metadata
 
-# a small MobileNetV2 (BatchNorm, ReLU6, residuals) on the shipped 8x8 digits: ~43 steps
-# of 32 an epoch, a 15.6 MB unplanned saved-tensor peak
+# a small MobileNetV2 (BatchNorm, ReLU6, residuals) on 480 of the shipped 8x8 digits
+# (data.max_samples): 12 steps of 32 an epoch, a 15.6 MB unplanned saved-tensor peak
 
 
 def _cfg(tmp_path, name="b", budget=None, epochs=2):
@@ -28,7 +28,7 @@ def _cfg(tmp_path, name="b", budget=None, epochs=2):
         "seed": 0,
         "output_root": str(tmp_path),
         "model": {"name": "mobilenetv2", "options": {"width_mult": 0.35}},
-        "data": {"name": "digits", "test_fraction": 0.25},
+        "data": {"name": "digits", "test_fraction": 0.25, "max_samples": 480},
         "train": {"epochs": epochs, "batch_size": 32, "lr": 0.002, "optimizer": "adam"},
     }
     if budget is not None:
@@ -159,6 +159,8 @@ def test_a_limit_below_every_plan_trains_nothing_and_leaves_no_run_directory(tmp
         ({"limit": 0.5, "method": "fast"}, "budget.method"),
         ({"limit": 0.5, "scope": "heap"}, "budget.scope"),
         ({"limit": 0.5, "samples_per_epoch": 0}, "samples_per_epoch"),
+        ({"limit": 0.5, "profile_repeats": 0}, "profile_repeats"),
+        ({"limit": 0.5, "in_situ_steps": -1}, "in_situ_steps"),
         ({"limit": 0.5, "predictor": "/no/such/trace.json"}, "no file"),
     ],
 )
@@ -283,5 +285,5 @@ def test_measure_every_step(tmp_path, unplanned):
         _cfg(tmp_path, budget={"limit": 0.5, "method": "recompute", "measure": "every"}, epochs=1)
     )
     (e,) = _events(r.run_dir, "budget")
-    assert e["measured_steps"] == 43  # ceil(1347 / 32): every step went through the accountant
+    assert e["measured_steps"] == 12  # ceil(360 / 32): every step went through the accountant
     assert e["within_budget"] and r.history[0].train_loss == unplanned.history[0].train_loss

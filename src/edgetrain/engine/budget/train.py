@@ -100,6 +100,12 @@ class BudgetSpec:
     samples_per_epoch: int = 8
     #: ``epoch``: measure the first step of every epoch; ``every``: every step
     measure: str = "epoch"
+    #: profiling effort (:func:`~.profile.profile_model`'s ``repeats`` and
+    #: ``in_situ_steps``): fewer times each op and fits the in-step costs on fewer steps,
+    #: so profiling is faster and the plan's predicted time noisier; the memory a plan
+    #: holds is measured, not timed, so the budget holds either way
+    profile_repeats: int = 3
+    in_situ_steps: int = 10
 
     def __post_init__(self) -> None:
         if self.method not in METHODS:
@@ -123,6 +129,10 @@ class BudgetSpec:
             raise ConfigError(f"budget.measure {self.measure!r}; expected 'epoch' or 'every'")
         if self.samples_per_epoch < 1:
             raise ConfigError(f"budget.samples_per_epoch {self.samples_per_epoch}; expected >= 1")
+        if self.profile_repeats < 1:
+            raise ConfigError(f"budget.profile_repeats {self.profile_repeats}; expected >= 1")
+        if self.in_situ_steps < 0:
+            raise ConfigError(f"budget.in_situ_steps {self.in_situ_steps}; expected >= 0")
 
 
 # -- where memory samples come from ----------------------------------------------------
@@ -246,6 +256,8 @@ class BudgetedTraining:
                 loss_fn,
                 codecs=codecs_for(self.spec.method),
                 alloc_timeline=self.spec.scope == "all",
+                repeats=self.spec.profile_repeats,
+                in_situ_steps=self.spec.in_situ_steps,
             )
             base = none_plan(self.profile)
             if self.spec.scope == "saved":
