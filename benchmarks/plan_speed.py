@@ -31,9 +31,8 @@ import torch
 
 def _profile(a):
     from edgetrain import data, models
-    from edgetrain.compress import make_codec
-    from edgetrain.engine.budget.planner import CODECS_FOR
     from edgetrain.engine.budget.profile import profile_model
+    from edgetrain.engine.budget.profile_io import every_codec
 
     ds = data.load("digits")
     net = models.build(
@@ -45,9 +44,8 @@ def _profile(a):
     def loss_fn(out):
         return torch.nn.functional.cross_entropy(out, y)
 
-    names = sorted({c for cs in CODECS_FOR.values() for c in cs})
     return profile_model(
-        net, (x,), loss_fn, codecs={c: make_codec(c) for c in names}, alloc_timeline=True,
+        net, (x,), loss_fn, codecs=every_codec(), alloc_timeline=True,
         repeats=a.profile_repeats, in_situ_steps=a.in_situ_steps,
     )  # fmt: skip
 

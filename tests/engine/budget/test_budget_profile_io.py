@@ -16,13 +16,13 @@ from edgetrain.engine.budget import plan, profile_model
 from edgetrain.engine.budget.planner import METHODS
 from edgetrain.engine.budget.profile_io import (
     PROFILE_FORMAT,
+    every_codec,
     fingerprint,
     load_profile,
     profile_from_json,
     profile_to_json,
     save_profile,
 )
-from edgetrain.engine.budget.runner import codecs_for
 from edgetrain.errors import BudgetError, ConfigError
 
 
@@ -42,7 +42,7 @@ def _task():
 def measured():
     # one profile with every candidate kind and the all-allocation timeline
     model, inputs, loss_fn = _task()
-    codecs = {c: k for m in METHODS for c, k in codecs_for(m).items()}  # every method's
+    codecs = every_codec()  # every method's
     prof = profile_model(
         model, inputs, loss_fn, codecs=codecs, alloc_timeline=True,
         repeats=1, in_situ_steps=2,

@@ -42,33 +42,22 @@ import torch
 from torch import nn
 
 from edgetrain.compress import make_codec
-from edgetrain.engine.budget.alloc import AllocTimeline
 from edgetrain.engine.budget.profile import (
-    CodecCost,
-    LeafRecomputeProfile,
-    MaskProfile,
     ModelProfile,
-    RegenProfile,
-    UnitProfile,
     profile_model,
 )
 from edgetrain.errors import ConfigError
 
 PROFILE_FORMAT = "edgetrain-model-profile"
 PROFILE_VERSION = 1
-_CLASSES = (
-    ModelProfile,
-    UnitProfile,
-    RegenProfile,
-    MaskProfile,
-    LeafRecomputeProfile,
-    CodecCost,
-    AllocTimeline,
-)
 
 
-def _hints(cls: type) -> dict[str, Any]:
-    return typing.get_type_hints(cls)
+def every_codec() -> dict[str, Any]:
+    """Every method's codecs (``planner.CODECS_FOR``), made: a profile measured with them
+    serves every ``--method``."""
+    from edgetrain.engine.budget.planner import CODECS_FOR
+
+    return {c: make_codec(c) for c in sorted({c for cs in CODECS_FOR.values() for c in cs})}
 
 
 def _encode(value: Any) -> Any:
@@ -142,7 +131,7 @@ def _decode(tp: Any, value: Any, where: str) -> Any:
 def _decode_dataclass(cls: type, value: Any, where: str) -> Any:
     if not isinstance(value, dict):
         raise TypeError(f"{where}: expected an object, got {type(value).__name__}")
-    hints = _hints(cls)
+    hints = typing.get_type_hints(cls)
     names = {f.name for f in dataclasses.fields(cls)}
     unknown = sorted(set(value) - names)
     if unknown:
@@ -283,16 +272,12 @@ def reusable_profile(
     not written).  A new profile is made for reuse: every method's codecs and the
     all-allocation timeline, so one file serves every ``--method`` and ``--scope``
     (a few more timed steps than one method's profile)."""
-    from edgetrain.engine.budget.planner import CODECS_FOR
-
-    names = sorted({c for cs in CODECS_FOR.values() for c in cs})
-    fp = fingerprint(model, inputs, name=name, seed=seed, codecs=names, alloc_timeline=True)
+    codecs = every_codec()
+    fp = fingerprint(model, inputs, name=name, seed=seed, codecs=list(codecs), alloc_timeline=True)
     if path is not None and Path(path).exists():
         return load_profile(path, fp), True
     torch.manual_seed(seed)
-    prof = profile_model(
-        model, inputs, loss_fn, codecs={c: make_codec(c) for c in names}, alloc_timeline=True
-    )
+    prof = profile_model(model, inputs, loss_fn, codecs=codecs, alloc_timeline=True)
     if path is not None:
         save_profile(path, prof, fp)
     return prof, False
