@@ -15,8 +15,10 @@ and prints per run:
 * the per-epoch checkpoint (model, Adam's state, RNG; ``edgetrain run --resume``): its
   size and the median seconds to write it, beside the median epoch;
 * with ``--resume-check``: each budgeted run once more, stopped in the first step of its
-  middle epoch and continued with :func:`resume_local` (a new profile and plan), and
-  whether its losses and final weights equal the uninterrupted run's.
+  middle epoch and continued with :func:`resume_local`, and whether its losses and final
+  weights equal the uninterrupted run's; the resume reads the run's own ``profile.json``
+  back and plans again, and its profiling + planning seconds are printed beside the first
+  session's (``resume s`` / ``plan s``).
 
 Runs are sequential in one process, torch pinned to one thread; the ratio of medians over
 epochs is what to read (the machine is shared).
@@ -183,6 +185,9 @@ def run(a) -> dict:
                 resumed = _stopped_and_resumed(_config(root, f"{method}-{b}-resumed", a, spec))
                 _CKPT_S.clear()
                 rows[-1]["resumed_identical"] = _same_run(resumed, r)
+                again = _events(resumed.run_dir, "plan")[-1]
+                rows[-1]["resume_plan_s"] = again["seconds"]
+                rows[-1]["resume_profile_reused"] = again["profile"]["reused"]
     return {
         "model": a.model,
         "width_mult": a.width,
@@ -205,7 +210,7 @@ def print_table(out: dict) -> None:
     print(
         f"{'method':<10} {'budget':>7} {'peak/budget':>11} {'accuracy':>9} {'exact':>6} "
         f"{'epoch s':>8} {'time x':>7} {'plan s':>7} {'ckpt s':>7} {'ckpt MB':>8} "
-        f"{'resumed':>8}  decisions"
+        f"{'resumed':>8} {'resume s':>8}  decisions"
     )
     for r in out["rows"]:
         pb = f"{r['peak_to_budget']:.3f}" if "peak_to_budget" in r else "-"
@@ -213,11 +218,12 @@ def print_table(out: dict) -> None:
         ps = f"{r['plan_s']:.1f}" if "plan_s" in r else "-"
         cs = f"{r['checkpoint_s']:.2f}" if r.get("checkpoint_s") is not None else "-"
         rs = {True: "same", False: "differs"}.get(r.get("resumed_identical"), "-")
+        rp = f"{r['resume_plan_s']:.1f}" if "resume_plan_s" in r else "-"
         dec = ", ".join(f"{k} {v}" for k, v in r.get("decisions", {}).items())
         print(
             f"{r['method']:<10} {r['budget'] or '-':>7} {pb:>11} {r['accuracy']:>9.4f} {ex:>6} "
             f"{r['epoch_s']:>8.2f} {r['time_ratio']:>7.3f} {ps:>7} {cs:>7} "
-            f"{r['checkpoint_mb']:>8.1f} {rs:>8}  {dec}"
+            f"{r['checkpoint_mb']:>8.1f} {rs:>8} {rp:>8}  {dec}"
         )
 
 

@@ -81,6 +81,8 @@ class BudgetSection(_Strict):
     #: fewer is faster and the op costs noisier; memory is measured either way
     profile_repeats: int = Field(3, ge=1, le=100)
     in_situ_steps: int = Field(10, ge=0, le=1_000)
+    #: a model profile file shared between runs (read if it fits, else measured and written)
+    profile: str | None = None
 
     @model_validator(mode="after")
     def _checked(self) -> BudgetSection:

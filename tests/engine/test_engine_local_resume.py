@@ -122,7 +122,7 @@ def test_a_budgeted_run_resumes_bit_for_bit_under_a_recompute_plan(tmp_path):
             "seed": 0,
             "output_root": str(root),
             "model": {"name": "mobilenetv2", "options": {"width_mult": 0.35}},
-            "data": {"name": "digits", "test_fraction": 0.25},
+            "data": {"name": "digits", "test_fraction": 0.25, "max_samples": 480},
             "train": {"epochs": 2, "batch_size": 32, "lr": 0.002, "optimizer": "adam"},
         }
         if budget:
@@ -158,7 +158,7 @@ def test_a_run_a_budget_stopped_resumes_under_another_budget(tmp_path):
             "seed": 0,
             "output_root": str(tmp_path),
             "model": {"name": "mobilenetv2", "options": {"width_mult": 0.35}},
-            "data": {"name": "digits", "test_fraction": 0.25},
+            "data": {"name": "digits", "test_fraction": 0.25, "max_samples": 480},
             "train": {"epochs": 3, "batch_size": 32, "lr": 0.002, "optimizer": "adam"},
             "budget": {"limit": 0.5, "method": "recompute"},
         }
@@ -260,3 +260,84 @@ def test_ctrl_c_in_edgetrain_run_names_the_checkpoint_and_the_run_resumes(
     assert code == 0, err
     _same_weights(run_dir, whole.run_dir)
     assert [r["test_loss"] for r in _rows(run_dir, "epoch")] == [m.test_loss for m in whole.history]
+
+
+def _budget_cfg(root, name, budget, epochs=2):
+    return parse_config(
+        {
+            "name": name,
+            "seed": 0,
+            "output_root": str(root),
+            "model": {"name": "mobilenetv2", "options": {"width_mult": 0.35}},
+            "data": {"name": "digits", "test_fraction": 0.25, "max_samples": 480},
+            "train": {"epochs": epochs, "batch_size": 32, "lr": 0.002, "optimizer": "adam"},
+            "budget": budget,
+        }
+    )
+
+
+def _crash_in_epoch_2(done, total):  # its first step: epoch 1 is wholly logged
+    if done == total // 2 + 1:
+        raise Crash
+
+
+def test_a_resume_plans_from_the_runs_own_profile(tmp_path):
+    """The first session writes profile.json; the resume reads it (no op timed again) and,
+    at the same budget, makes the same plan; a resume under a method the file does not
+    serve profiles again, says why, and leaves the file as it was."""
+    with pytest.raises(Crash):
+        run_local(
+            _budget_cfg(tmp_path, "p", {"limit": 0.4, "method": "compress"}),
+            on_step=_crash_in_epoch_2,
+        )
+    run_dir = tmp_path / "p"
+    saved = (run_dir / "profile.json").read_bytes()
+    resumed = resume_local(run_dir)
+    first, again = _rows(run_dir, "plan")
+    assert first["profile"]["reused"] is False and again["profile"]["reused"] is True
+    assert again["profile"]["path"] == str(run_dir / "profile.json")
+    p0, p1 = (json.loads((run_dir / f"plan-{i}.json").read_text()) for i in (0, 1))
+    assert p1 == p0 and first["decisions"]["compress"] > 0
+    assert (run_dir / "profile.json").read_bytes() == saved
+    assert resumed.extra["budget"]["profile"]["reused"] is True
+
+    # another method: compress needs the int8 / int4 codecs, which a recompute profile lacks
+    with pytest.raises(Crash):
+        run_local(
+            _budget_cfg(tmp_path, "q", {"limit": 0.4, "method": "recompute"}),
+            on_step=_crash_in_epoch_2,
+        )
+    run_dir = tmp_path / "q"
+    saved = (run_dir / "profile.json").read_bytes()
+    resume_local(run_dir, budget_method="compress")
+    again = _rows(run_dir, "plan")[-1]
+    assert again["method"] == "compress" and again["profile"]["reused"] is False
+    assert "codecs" in again["profile"]["why"]
+    assert (run_dir / "profile.json").read_bytes() == saved
+
+
+def test_runs_sharing_a_profile_file_resume_to_the_same_bits(tmp_path):
+    """budget.profile: the first run measures and writes it, the others read it; a run
+    that crashed and resumed under a lossy (compress) plan then ends with the losses and
+    weights of the uninterrupted run, since both planned from the same measurements."""
+    shared = tmp_path / "mnv2.profile.json"
+    budget = {"limit": 0.4, "method": "compress", "profile": str(shared)}
+    whole = run_local(_budget_cfg(tmp_path, "w", budget))
+    assert shared.is_file() and _rows(whole.run_dir, "plan")[0]["profile"]["reused"] is False
+    saved = shared.read_bytes()
+    with pytest.raises(Crash):
+        run_local(_budget_cfg(tmp_path, "c", budget), on_step=_crash_in_epoch_2)
+    resumed = resume_local(tmp_path / "c")
+    assert [r["profile"]["reused"] for r in _rows(tmp_path / "c", "plan")] == [True, True]
+    assert _losses(resumed) == _losses(whole)
+    _same_weights(tmp_path / "c", whole.run_dir)
+    assert shared.read_bytes() == saved
+    assert not (tmp_path / "c" / "profile.json").exists()  # the shared file took its place
+
+    # a file measured for another setting is refused, named, and kept
+    other = parse_config({**_budget_cfg(tmp_path, "s", budget).model_dump(), "seed": 1})
+    with pytest.raises(ConfigError, match=r"seed: file 0, this run 1.*another budget.profile"):
+        run_local(other)
+    assert shared.read_bytes() == saved
+    with pytest.raises(ConfigError, match="budget.profile .*is a directory"):
+        _budget_cfg(tmp_path, "d", {**budget, "profile": str(tmp_path)})

@@ -32,6 +32,8 @@ from edgetrain.runs import RunDir, read_run_config_json, seed_everything
 
 #: config.json's ``command`` for a local run (older run directories have none)
 COMMAND = "run"
+#: a budgeted run's model profile (edgetrain.engine.budget.profile_io), read again by a resume
+PROFILE_FILE = "profile.json"
 
 
 @dataclass
@@ -170,6 +172,9 @@ def run_local(
             log=run.log_metrics,
             plan_dir=run.ensure().path,
             plan_offset=plans,
+            profile_file=run.path / PROFILE_FILE,
+            model_name={"name": config.model.name, "options": options},
+            seed=config.seed,
         )
     done: list[EpochMetrics] = []
 

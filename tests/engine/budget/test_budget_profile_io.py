@@ -18,6 +18,7 @@ from edgetrain.engine.budget.profile_io import (
     PROFILE_FORMAT,
     every_codec,
     fingerprint,
+    fingerprint_diff,
     load_profile,
     profile_from_json,
     profile_to_json,
@@ -186,3 +187,19 @@ def test_reusable_profile_writes_once_then_reads(tmp_path, monkeypatch):
     assert reused and second == first and len(calls) == 1
     with pytest.raises(ConfigError, match="seed: file 0, this run 1"):
         profile_io.reusable_profile(path, model, inputs, loss_fn, name="t", seed=1)
+
+
+def test_a_profile_with_more_codecs_or_the_timeline_serves_a_run_that_needs_less():
+    model, inputs, _ = _task()
+    fp = {"name": "albert", "seed": 0}
+
+    def f(codecs, alloc):
+        return fingerprint(model, inputs, **fp, codecs=codecs, alloc_timeline=alloc)
+
+    every = f(list(every_codec()), True)
+    assert fingerprint_diff(every, f(["mix"], False)) == []
+    assert fingerprint_diff(every, f([], True)) == []
+    assert fingerprint_diff(f(["mix"], False), f(["int8", "int4"], False)) == ["codecs"]
+    assert fingerprint_diff(f(["mix"], False), f(["mix"], True)) == ["alloc_timeline"]
+    other = fingerprint(model, inputs, name="albert", seed=1, codecs=["mix"])
+    assert fingerprint_diff(every, other) == ["seed"]

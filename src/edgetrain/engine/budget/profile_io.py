@@ -234,8 +234,31 @@ def save_profile(path: str | Path, profile: ModelProfile, fp: dict[str, Any]) ->
     os.replace(tmp, path)
 
 
-def load_profile(path: str | Path, expected: dict[str, Any] | None = None) -> ModelProfile:
-    """Read a saved profile; with ``expected``, refuse one whose fingerprint differs."""
+def fingerprint_diff(found: dict[str, Any], expected: dict[str, Any]) -> list[str]:
+    """The fields of ``found`` (a file's fingerprint) that do not serve ``expected``.
+
+    Every field must be equal, except that a profile measured with more codecs serves a
+    run that needs fewer (the planner reads only its method's codecs, ``CODECS_FOR``), and
+    one measured with the all-allocation timeline serves a ``saved``-scope run."""
+    diff = []
+    for k in sorted(set(found) | set(expected)):
+        have, want = found.get(k), expected.get(k)
+        if k == "codecs" and isinstance(have, list) and isinstance(want, list):
+            ok = set(want) <= set(have)
+        elif k == "alloc_timeline":
+            ok = have == want or (have is True and want is False)
+        else:
+            ok = have == want
+        if not ok:
+            diff.append(k)
+    return diff
+
+
+def load_profile(
+    path: str | Path, expected: dict[str, Any] | None = None, *, option: str = "--profile"
+) -> ModelProfile:
+    """Read a saved profile; with ``expected``, refuse one whose fingerprint does not serve
+    it (:func:`fingerprint_diff`).  ``option``: what the error tells the user to change."""
     try:
         d = json.loads(Path(path).read_text())
     except OSError as exc:
@@ -246,14 +269,14 @@ def load_profile(path: str | Path, expected: dict[str, Any] | None = None) -> Mo
         ) from exc
     prof, fp = profile_from_json(d, where=f"model profile {path}")
     if expected is not None:
-        diff = [k for k in sorted(set(fp) | set(expected)) if fp.get(k) != expected.get(k)]
+        diff = fingerprint_diff(fp, expected)
         if diff:
             parts = "; ".join(
                 f"{k}: file {fp.get(k)!r}, this run {expected.get(k)!r}" for k in diff
             )
             raise ConfigError(
-                f"model profile {path} was measured for another setting ({parts}); pass "
-                "another --profile path or remove the file to profile again"
+                f"model profile {path} was measured for another setting ({parts}); give "
+                f"another {option} path or remove the file to profile again"
             )
     return prof
 

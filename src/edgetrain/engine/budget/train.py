@@ -106,6 +106,11 @@ class BudgetSpec:
     #: holds is measured, not timed, so the budget holds either way
     profile_repeats: int = 3
     in_situ_steps: int = 10
+    #: a model profile file (:mod:`~.profile_io`, JSON) shared between runs: read when it
+    #: was measured for this model, batch, seed and machine, otherwise measured (every
+    #: method's codecs and the all-allocation timeline, so it serves any method and scope)
+    #: and written there; one made for another setting is refused, never rewritten
+    profile: str | None = None
 
     def __post_init__(self) -> None:
         if self.method not in METHODS:
@@ -133,6 +138,14 @@ class BudgetSpec:
             raise ConfigError(f"budget.profile_repeats {self.profile_repeats}; expected >= 1")
         if self.in_situ_steps < 0:
             raise ConfigError(f"budget.in_situ_steps {self.in_situ_steps}; expected >= 0")
+        if self.profile is not None:
+            where = Path(self.profile)
+            if where.is_dir() or not where.parent.is_dir():
+                raise ConfigError(
+                    f"budget.profile {self.profile!r}: "
+                    + ("is a directory" if where.is_dir() else f"no folder {str(where.parent)!r}")
+                    + "; expected the path of a model profile file (JSON) in an existing folder"
+                )
 
 
 # -- where memory samples come from ----------------------------------------------------
@@ -231,6 +244,18 @@ class BudgetedTraining:
     #: the number of this stepper's first plan: a resumed run continues the numbering of
     #: its ``plan-<n>.json`` files and ``plan`` events
     plan_offset: int = 0
+    #: the run's own profile file (a run directory's ``profile.json``): written by the
+    #: first session, read by a resume when it serves the resumed method and scope, so
+    #: the resume plans from the same measurements (and, at the same budget, makes the
+    #: same plan) instead of profiling again.  ``spec.profile``, when set, takes its place.
+    profile_file: Path | None = None
+    #: what the profile's fingerprint names the model (``{"name", "options"}`` of a run
+    #: config; default the module's class name) and the run's seed
+    model_name: str | dict[str, Any] | None = None
+    seed: int = 0
+    #: where the profile came from: ``path``, ``reused``, ``profile_s`` (and ``why`` a
+    #: run's own file was not reused)
+    profile_info: dict[str, Any] = field(default_factory=dict)
     #: the epochs finished before this stepper's first (a resumed run's checkpoint)
     _before: int = 0
     _predictor: BudgetPredictor | None = None
@@ -250,15 +275,7 @@ class BudgetedTraining:
         inputs, loss_fn = (xb,), _loss_for(yb)
         state = copy.deepcopy(model.state_dict())
         with _same_rng():
-            self.profile = profile_model(
-                model,
-                inputs,
-                loss_fn,
-                codecs=codecs_for(self.spec.method),
-                alloc_timeline=self.spec.scope == "all",
-                repeats=self.spec.profile_repeats,
-                in_situ_steps=self.spec.in_situ_steps,
-            )
+            self.profile = self._profiled(model, inputs, loss_fn)
             base = none_plan(self.profile)
             if self.spec.scope == "saved":
                 first = measure_steps(model, {"none": base}, inputs, loss_fn, repeats=0)
@@ -272,6 +289,53 @@ class BudgetedTraining:
             self._observe()
         self._replan(epoch=self._before, reason="start" if not self._before else "resume", since=t0)
         return self.plan
+
+    def _profiled(self, model: nn.Module, inputs: tuple, loss_fn: Callable) -> ModelProfile:
+        """The run's profile: read from ``spec.profile`` or ``profile_file`` when it serves
+        this run, otherwise measured (and written where no file is yet)."""
+        from edgetrain.engine.budget.profile_io import (
+            every_codec,
+            fingerprint,
+            load_profile,
+            save_profile,
+        )
+
+        t0 = time.perf_counter()
+        shared = self.spec.profile is not None
+        if shared:  # made to serve any method and scope
+            path, codecs, alloc = Path(self.spec.profile), every_codec(), True
+        else:
+            path, codecs = self.profile_file, codecs_for(self.spec.method)
+            alloc = self.spec.scope == "all"
+        name = self.model_name if self.model_name is not None else type(model).__name__
+        fp = fingerprint(
+            model, inputs, name=name, seed=self.seed, codecs=list(codecs), alloc_timeline=alloc
+        )
+        info: dict[str, Any] = {"path": None if path is None else str(path), "reused": False}
+        prof = None
+        if path is not None and path.exists():
+            try:
+                prof = load_profile(path, fp, option="budget.profile")
+                info["reused"] = True
+            except ConfigError as exc:
+                if shared:  # the user's file: refused, never rewritten
+                    raise
+                info["why"] = str(exc)  # the run's own file (another method): kept as it is
+        if prof is None:
+            prof = profile_model(
+                model,
+                inputs,
+                loss_fn,
+                codecs=codecs,
+                alloc_timeline=alloc,
+                repeats=self.spec.profile_repeats,
+                in_situ_steps=self.spec.in_situ_steps,
+            )
+            if path is not None and not path.exists():
+                save_profile(path, prof, fp)
+        info["profile_s"] = time.perf_counter() - t0
+        self.profile_info = info
+        return prof
 
     def _limit_bytes(self) -> int | None:
         if self.spec.limit is None:
@@ -332,6 +396,8 @@ class BudgetedTraining:
             "decisions": p.decision_counts(),
             "seconds": time.perf_counter() - since,
         }
+        if not self.plans and self.profile_info:  # this session's first plan
+            row["profile"] = dict(self.profile_info)
         if self.plan_dir is not None:
             path = Path(self.plan_dir) / f"plan-{self.plan_offset + len(self.plans)}.json"
             p.save(path)
@@ -462,6 +528,7 @@ class BudgetedTraining:
             "unplanned_peak_bytes": self.unplanned_peak_bytes,
             "budget_bytes": self.budget_bytes,
             "plans": len(self.plans),
+            "profile": dict(self.profile_info),
             "decisions": self.plan.decision_counts() if self.plan else {},
             #: the last plan's measured peak (its epochs), against ``budget_bytes``
             "measured_peak_bytes": max(last, default=0),
