@@ -339,5 +339,6 @@ def test_runs_sharing_a_profile_file_resume_to_the_same_bits(tmp_path):
     with pytest.raises(ConfigError, match=r"seed: file 0, this run 1.*another budget.profile"):
         run_local(other)
     assert shared.read_bytes() == saved
+    assert not (tmp_path / "s").exists()  # nothing trained: no run directory left behind
     with pytest.raises(ConfigError, match="budget.profile .*is a directory"):
         _budget_cfg(tmp_path, "d", {**budget, "profile": str(tmp_path)})

@@ -27,7 +27,7 @@ from edgetrain import models as models_mod
 from edgetrain.checkpoint import Resumption, complete_checkpoints
 from edgetrain.config import RunConfig, parse_config, with_budget
 from edgetrain.engine.trainer import EpochMetrics, train_classifier
-from edgetrain.errors import BudgetError, ConfigError
+from edgetrain.errors import BudgetError, ConfigError, EdgetrainError
 from edgetrain.runs import RunDir, read_run_config_json, seed_everything
 
 #: config.json's ``command`` for a local run (older run directories have none)
@@ -213,7 +213,9 @@ def run_local(
             raise
         if resumed is not None:  # nothing trained in this session: the run is as it was
             resumed.undo()
-        elif isinstance(exc, BudgetError):  # nothing trained: leave no run directory behind
+        elif isinstance(exc, EdgetrainError):
+            # a user mistake found before the first step (a budget no plan reaches, a
+            # budget.profile file that does not fit): nothing trained, no run directory
             shutil.rmtree(run.path, ignore_errors=True)
         raise
     run.save_model(
