@@ -129,13 +129,9 @@ def test_a_budgeted_run_resumes_bit_for_bit_under_a_recompute_plan(tmp_path):
             d["budget"] = {"limit": 0.5, "method": "recompute"}
         return parse_config(d)
 
-    def crash_in_epoch_2(done, total):  # its first step: epoch 1 is wholly logged
-        if done == total // 2 + 1:
-            raise Crash
-
     plain = run_local(cfg(tmp_path, "plain", False))
     with pytest.raises(Crash):
-        run_local(cfg(tmp_path, "b", True), on_step=crash_in_epoch_2)
+        run_local(cfg(tmp_path, "b", True), on_step=_crash_in_epoch_2)
     run_dir = tmp_path / "b"
     resumed = resume_local(run_dir)
     assert _losses(resumed) == _losses(plain)
@@ -281,16 +277,18 @@ def _crash_in_epoch_2(done, total):  # its first step: epoch 1 is wholly logged
         raise Crash
 
 
+def _crashed(root, name, budget):
+    """The run directory of a 2-epoch budgeted run that died in epoch 2."""
+    with pytest.raises(Crash):
+        run_local(_budget_cfg(root, name, budget), on_step=_crash_in_epoch_2)
+    return root / name
+
+
 def test_a_resume_plans_from_the_runs_own_profile(tmp_path):
     """The first session writes profile.json; the resume reads it (no op timed again) and,
     at the same budget, makes the same plan; a resume under a method the file does not
     serve profiles again, says why, and leaves the file as it was."""
-    with pytest.raises(Crash):
-        run_local(
-            _budget_cfg(tmp_path, "p", {"limit": 0.4, "method": "compress"}),
-            on_step=_crash_in_epoch_2,
-        )
-    run_dir = tmp_path / "p"
+    run_dir = _crashed(tmp_path, "p", {"limit": 0.4, "method": "compress"})
     saved = (run_dir / "profile.json").read_bytes()
     resumed = resume_local(run_dir)
     first, again = _rows(run_dir, "plan")
@@ -302,12 +300,7 @@ def test_a_resume_plans_from_the_runs_own_profile(tmp_path):
     assert resumed.extra["budget"]["profile"]["reused"] is True
 
     # another method: compress needs the int8 / int4 codecs, which a recompute profile lacks
-    with pytest.raises(Crash):
-        run_local(
-            _budget_cfg(tmp_path, "q", {"limit": 0.4, "method": "recompute"}),
-            on_step=_crash_in_epoch_2,
-        )
-    run_dir = tmp_path / "q"
+    run_dir = _crashed(tmp_path, "q", {"limit": 0.4, "method": "recompute"})
     saved = (run_dir / "profile.json").read_bytes()
     resume_local(run_dir, budget_method="compress")
     again = _rows(run_dir, "plan")[-1]
@@ -325,9 +318,7 @@ def test_runs_sharing_a_profile_file_resume_to_the_same_bits(tmp_path):
     whole = run_local(_budget_cfg(tmp_path, "w", budget))
     assert shared.is_file() and _rows(whole.run_dir, "plan")[0]["profile"]["reused"] is False
     saved = shared.read_bytes()
-    with pytest.raises(Crash):
-        run_local(_budget_cfg(tmp_path, "c", budget), on_step=_crash_in_epoch_2)
-    resumed = resume_local(tmp_path / "c")
+    resumed = resume_local(_crashed(tmp_path, "c", budget))
     assert [r["profile"]["reused"] for r in _rows(tmp_path / "c", "plan")] == [True, True]
     assert _losses(resumed) == _losses(whole)
     _same_weights(tmp_path / "c", whole.run_dir)
