@@ -18,7 +18,12 @@ and prints per run:
   middle epoch and continued with :func:`resume_local`, and whether its losses and final
   weights equal the uninterrupted run's; the resume reads the run's own ``profile.json``
   back and plans again, and its profiling + planning seconds are printed beside the first
-  session's (``resume s`` / ``plan s``).
+  session's (``resume s`` / ``plan s``; in one process the op costs are cached per
+  signature, so a second profile is cheap there);
+* with ``--fresh-resume``: each budgeted run once more, stopped the same way and resumed in
+  a new process (``edgetrain run --resume``, as after a crash), once with its
+  ``profile.json`` and once from a copy without it: each resume's wall and profiling +
+  planning seconds, and whether it ends as the uninterrupted run.
 
 Runs are sequential in one process, torch pinned to one thread; the ratio of medians over
 epochs is what to read (the machine is shared).
@@ -26,6 +31,7 @@ epochs is what to read (the machine is shared).
     OMP_NUM_THREADS=1 .venv/bin/python benchmarks/budget_run.py [--quick] [--json]
         [--model mobilenetv2 --width 1.0 --data mnist5k --epochs 4 --batch 32 --lr 0.002]
         [--budgets 0.5,0.3 --methods recompute,hybrid --scope saved] [--resume-check]
+        [--fresh-resume]
 """
 
 from __future__ import annotations
@@ -33,10 +39,14 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import os
+import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
+from pathlib import Path
 
 import torch
 
@@ -88,6 +98,11 @@ def _same_run(a, b) -> bool:
 
 def _stopped_and_resumed(config):
     """``config``'s run, stopped in the first step of its middle epoch, then resumed."""
+    return resume_local(_stopped(config))
+
+
+def _stopped(config) -> Path:
+    """The run directory of ``config``'s run, stopped in the first step of its middle epoch."""
     stop_at = None
 
     def on_step(done, total):
@@ -99,7 +114,51 @@ def _stopped_and_resumed(config):
 
     with contextlib.suppress(_Stop):
         run_local(config, on_step=on_step)
-    return resume_local(f"{config.output_root}/{config.name}")
+    return Path(config.output_root) / config.name
+
+
+def _same_dirs(a: Path, b: Path) -> bool:
+    """Every epoch's losses and the final weights of two run directories are equal."""
+    sa, sb = load_state(a / "model.safetensors"), load_state(b / "model.safetensors")
+
+    def losses(d):
+        return [(e["train_loss"], e["test_loss"]) for e in _events(d, "epoch")]
+
+    return (
+        losses(a) == losses(b)
+        and sa.keys() == sb.keys()
+        and all(torch.equal(sa[k], sb[k]) for k in sa)
+    )
+
+
+def _fresh_resumes(config, whole: Path) -> dict:
+    """``config``'s run stopped as :func:`_stopped`, then resumed in a new process
+    (``edgetrain run --resume``, as after a crash) twice: from the run directory as it is
+    (its ``profile.json`` read back) and from a copy without ``profile.json`` (profiled
+    again, as every resume did before round 21).  Per resume: wall seconds of the
+    process, seconds of its plan event (profiling + planning), whether it reused the
+    profile, whether it ends as the uninterrupted run ``whole``."""
+    src = _stopped(config)
+    bare = src.with_name(src.name + "-noprofile")
+    shutil.copytree(src, bare)
+    (bare / "profile.json").unlink()
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    out = {}
+    for label, d in (("with_profile", src), ("without_profile", bare)):
+        cmd = [sys.executable, "-m", "edgetrain.cli", "run", "--resume", str(d), "--json"]
+        t0 = time.perf_counter()
+        proc = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False)
+        wall = time.perf_counter() - t0
+        if proc.returncode != 0:
+            raise RuntimeError(f"{' '.join(cmd)} failed ({proc.returncode}): {proc.stderr[-2000:]}")
+        plan = _events(d, "plan")[-1]
+        out[label] = {
+            "wall_s": wall,
+            "plan_s": plan["seconds"],
+            "profile_reused": plan["profile"]["reused"],
+            "identical": _same_dirs(d, whole),
+        }
+    return out
 
 
 def _config(root, name, a, budget=None):
@@ -188,6 +247,11 @@ def run(a) -> dict:
                 again = _events(resumed.run_dir, "plan")[-1]
                 rows[-1]["resume_plan_s"] = again["seconds"]
                 rows[-1]["resume_profile_reused"] = again["profile"]["reused"]
+            if a.fresh_resume:
+                rows[-1]["fresh_resume"] = _fresh_resumes(
+                    _config(root, f"{method}-{b}-fresh", a, spec), r.run_dir
+                )
+                _CKPT_S.clear()
     return {
         "model": a.model,
         "width_mult": a.width,
@@ -212,6 +276,7 @@ def print_table(out: dict) -> None:
         f"{'epoch s':>8} {'time x':>7} {'plan s':>7} {'ckpt s':>7} {'ckpt MB':>8} "
         f"{'resumed':>8} {'resume s':>8}  decisions"
     )
+    fresh = [r for r in out["rows"] if "fresh_resume" in r]
     for r in out["rows"]:
         pb = f"{r['peak_to_budget']:.3f}" if "peak_to_budget" in r else "-"
         ex = "-" if r["method"] == "none" else ("yes" if r["bit_identical"] else "no")
@@ -225,6 +290,19 @@ def print_table(out: dict) -> None:
             f"{r['epoch_s']:>8.2f} {r['time_ratio']:>7.3f} {ps:>7} {cs:>7} "
             f"{r['checkpoint_mb']:>8.1f} {rs:>8} {rp:>8}  {dec}"
         )
+    if fresh:
+        print("\nresumed in a new process (edgetrain run --resume), with and without profile.json")
+        print(
+            f"{'method':<10} {'budget':>7} {'resume':<16} {'wall s':>7} {'plan s':>7} "
+            f"{'reused':>6} {'same as whole':>13}"
+        )
+        for r in fresh:
+            for label, f in r["fresh_resume"].items():
+                print(
+                    f"{r['method']:<10} {r['budget']:>7} {label:<16} {f['wall_s']:>7.1f} "
+                    f"{f['plan_s']:>7.1f} {'yes' if f['profile_reused'] else 'no':>6} "
+                    f"{'yes' if f['identical'] else 'no':>13}"
+                )
 
 
 def main(argv=None) -> int:
@@ -243,6 +321,12 @@ def main(argv=None) -> int:
         "--resume-check",
         action="store_true",
         help="also stop each budgeted run mid-way, resume it, compare with the whole run",
+    )
+    p.add_argument(
+        "--fresh-resume",
+        action="store_true",
+        help="also stop each budgeted run mid-way and resume it in a new process twice, "
+        "with and without its profile.json (the resume's profiling + planning seconds)",
     )
     p.add_argument(
         "--max-samples", type=int, default=None, help="use at most this many samples of --data"
