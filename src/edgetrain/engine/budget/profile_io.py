@@ -3,7 +3,9 @@
 Profiling is most of what ``edgetrain budget`` and a budgeted run spend before their first
 planned step (40-120 s of process CPU on MobileNetV2 b32 / BERT-small b8): every op time,
 codec cost and in-step factor is measured.  A saved profile lets the next run on the same
-model, batch and machine plan at another budget or with another method at once.
+model, batch and machine plan at another budget or with another method at once, and a
+resumed training run (``edgetrain run --resume``, which reads its run directory's
+``profile.json``) plan from the measurements of the run it continues.
 
 The file is one JSON object::
 

@@ -5,7 +5,9 @@ through a :class:`~.executor.PlanExecutor`, so a device that lacks the memory to
 the model unplanned still trains it (FedHybrid §3-§4.4, the local side end to end):
 
 1. **prepare** (before the first step, on the first full batch): profile the model
-   (:func:`~.profile.profile_model`), measure the unplanned step's peak of the budget's
+   (:func:`~.profile.profile_model`; or read the profile back from ``spec.profile`` or the
+   run directory's ``profile.json`` when its fingerprint serves this run, see
+   :meth:`BudgetedTraining._profiled`), measure the unplanned step's peak of the budget's
    scope (what a fractional ``limit`` is a fraction of), resolve the budget, plan.  The
    weights, buffers and torch's RNG state are restored afterwards, so the run's first
    step starts where an unplanned run's would.
