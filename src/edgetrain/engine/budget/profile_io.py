@@ -291,18 +291,36 @@ def reusable_profile(
     *,
     name: str | dict[str, Any],
     seed: int,
+    codecs: dict[str, Any] | None = None,
+    alloc_timeline: bool = True,
+    option: str = "--profile",
+    on_mismatch: Callable[[ConfigError], None] | None = None,
+    **profile_kwargs: Any,
 ) -> tuple[ModelProfile, bool]:
-    """(profile, reused): the profile saved at ``path`` when it was made for this model,
-    batch, seed and machine; otherwise a new one, written there (``path`` None: a new one,
-    not written).  A new profile is made for reuse: every method's codecs and the
-    all-allocation timeline, so one file serves every ``--method`` and ``--scope``
-    (a few more timed steps than one method's profile)."""
-    codecs = every_codec()
-    fp = fingerprint(model, inputs, name=name, seed=seed, codecs=list(codecs), alloc_timeline=True)
+    """(profile, reused): the profile saved at ``path`` when it serves this model, batch,
+    seed and machine (:func:`fingerprint_diff`); otherwise a new one, written there when
+    no file is (``path`` None: a new one, not written).  By default a new profile is made
+    for reuse: every method's codecs and the all-allocation timeline, so one file serves
+    every ``--method`` and ``--scope`` (a few more timed steps than one method's profile);
+    ``codecs`` / ``alloc_timeline`` measure less.  A file that does not serve this run is
+    a :class:`ConfigError` (naming ``option``), or with ``on_mismatch`` that error is
+    passed to it and a new profile is made, the file left as it is.  ``profile_kwargs`` go
+    to :func:`~.profile.profile_model` (``repeats``, ``in_situ_steps``)."""
+    codecs = every_codec() if codecs is None else codecs
+    fp = fingerprint(
+        model, inputs, name=name, seed=seed, codecs=list(codecs), alloc_timeline=alloc_timeline
+    )
     if path is not None and Path(path).exists():
-        return load_profile(path, fp), True
+        try:
+            return load_profile(path, fp, option=option), True
+        except ConfigError as exc:
+            if on_mismatch is None:
+                raise
+            on_mismatch(exc)
     torch.manual_seed(seed)
-    prof = profile_model(model, inputs, loss_fn, codecs=codecs, alloc_timeline=True)
-    if path is not None:
+    prof = profile_model(
+        model, inputs, loss_fn, codecs=codecs, alloc_timeline=alloc_timeline, **profile_kwargs
+    )
+    if path is not None and not Path(path).exists():
         save_profile(path, prof, fp)
     return prof, False

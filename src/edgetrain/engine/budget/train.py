@@ -74,7 +74,7 @@ from edgetrain.engine.budget.predictor import (
     sample_linux,
     samples_from_json,
 )
-from edgetrain.engine.budget.profile import ModelProfile, profile_model
+from edgetrain.engine.budget.profile import ModelProfile
 from edgetrain.engine.budget.runner import (
     check_budget_form,
     codecs_for,
@@ -295,46 +295,35 @@ class BudgetedTraining:
     def _profiled(self, model: nn.Module, inputs: tuple, loss_fn: Callable) -> ModelProfile:
         """The run's profile: read from ``spec.profile`` or ``profile_file`` when it serves
         this run, otherwise measured (and written where no file is yet)."""
-        from edgetrain.engine.budget.profile_io import (
-            every_codec,
-            fingerprint,
-            load_profile,
-            save_profile,
-        )
+        from edgetrain.engine.budget.profile_io import reusable_profile
 
         t0 = time.perf_counter()
         shared = self.spec.profile is not None
-        if shared:  # made to serve any method and scope
-            path, codecs, alloc = Path(self.spec.profile), every_codec(), True
-        else:
-            path, codecs = self.profile_file, codecs_for(self.spec.method)
-            alloc = self.spec.scope == "all"
-        name = self.model_name if self.model_name is not None else type(model).__name__
-        fp = fingerprint(
-            model, inputs, name=name, seed=self.seed, codecs=list(codecs), alloc_timeline=alloc
+        path = Path(self.spec.profile) if shared else self.profile_file
+        info: dict[str, Any] = {"path": None if path is None else str(path)}
+        kinds = {}  # the user's shared file: every method's codecs and the timeline (default)
+        if not shared:  # the run's own file: what this method and scope need
+            kinds = {
+                "codecs": codecs_for(self.spec.method),
+                "alloc_timeline": self.spec.scope == "all",
+            }
+
+        def mismatch(exc: ConfigError) -> None:  # the run's own file: kept as it is
+            info["why"] = str(exc)
+
+        prof, info["reused"] = reusable_profile(
+            path,
+            model,
+            inputs,
+            loss_fn,
+            name=self.model_name if self.model_name is not None else type(model).__name__,
+            seed=self.seed,
+            option="budget.profile",
+            on_mismatch=None if shared else mismatch,  # the user's file: refused
+            repeats=self.spec.profile_repeats,
+            in_situ_steps=self.spec.in_situ_steps,
+            **kinds,
         )
-        info: dict[str, Any] = {"path": None if path is None else str(path), "reused": False}
-        prof = None
-        if path is not None and path.exists():
-            try:
-                prof = load_profile(path, fp, option="budget.profile")
-                info["reused"] = True
-            except ConfigError as exc:
-                if shared:  # the user's file: refused, never rewritten
-                    raise
-                info["why"] = str(exc)  # the run's own file (another method): kept as it is
-        if prof is None:
-            prof = profile_model(
-                model,
-                inputs,
-                loss_fn,
-                codecs=codecs,
-                alloc_timeline=alloc,
-                repeats=self.spec.profile_repeats,
-                in_situ_steps=self.spec.in_situ_steps,
-            )
-            if path is not None and not path.exists():
-                save_profile(path, prof, fp)
         info["profile_s"] = time.perf_counter() - t0
         self.profile_info = info
         return prof
