@@ -867,7 +867,15 @@ def _refined(
     over, _, states, mps_at, r, _ = start
     sim = _simulator(scope)
     got, stats = refine(
-        profile, budget_bytes, states, r.ctx, sim, "hybrid", max_sims=REFINE_MAX_SIMS, exact=exact
+        profile,
+        budget_bytes,
+        states,
+        r.ctx,
+        sim,
+        "hybrid",
+        max_sims=REFINE_MAX_SIMS,
+        exact=exact,
+        bounded=sim is simulate,
     )
     if stats["after"] >= over:
         return None

@@ -111,6 +111,70 @@ class _Space:
     def cost(self, key: str, s: State) -> float:
         return self.ctx.decision_cost(self.by_key[key], s)
 
+    def removal_bounds(self) -> dict[str, tuple[int, int]]:
+        """Per decision, ``(bytes, first step)``: no change of it (to any state, with
+        what :meth:`apply` voids) removes more than ``bytes`` from
+        :func:`.planner.simulate`'s count at any one step, nor anything before ``first
+        step`` or from its mirror step on.  An upper bound by construction: every term
+        of the memory model the decision enters (a tensor once per holder that may count
+        it, inputs, encodings, masks, backward spikes, the sources and spikes of the
+        regenerations its tensors feed), with no credit for what it adds; the first
+        step is its earliest call's, or the earliest regeneration whose source a unit's
+        tensors keep alive.  ``tests/engine/budget/test_budget_refine_bound.py`` checks
+        both against the simulator on random states of the zoo's profiles."""
+        p = self.profile
+        holders: dict[int, int] = {}
+        for _, keys in p.glue:
+            for k in keys:
+                holders[k] = holders.get(k, 0) + 1
+        for u in p.units:
+            for k in u.saved:
+                holders[k] = holders.get(k, 0) + 1
+
+        def tensor(k: int, b: int) -> int:  # first hold, encodings, masks, spikes
+            return 3 * b * (holders.get(k, 0) + 1)
+
+        regen_of: dict[int, tuple[int, int]] = {}  # out key -> (bytes, earliest step)
+        for r in p.regens:
+            b, lo = regen_of.get(r.out_key, (0, r.step))
+            regen_of[r.out_key] = (b + r.in_bytes + r.out_bytes, min(lo, r.step))
+        mask_of: dict[int, int] = {}
+        for m in p.masks:
+            mask_of[m.key] = mask_of.get(m.key, 0) + m.mask_bytes + m.nbytes
+        calls: dict[str, list] = {}  # every profile that takes a decision
+        for u in p.units:
+            calls.setdefault(u.name, []).append(u)
+        for f in (*p.regens, *p.masks, *p.leaf_recomputes):
+            calls.setdefault(f.state_key, []).append(f)
+        out: dict[str, tuple[int, int]] = {}
+        for key in self.by_key:
+            total, lo = 0, min(c.step for c in calls[key])
+            for c in calls[key]:
+                if isinstance(c, UnitProfile):
+                    codec = max((v.held_bytes for v in c.codecs.values()), default=0)
+                    for k, b in c.saved.items():
+                        rb, rlo = regen_of.get(k, (0, lo))
+                        total += tensor(k, b) + rb + mask_of.get(k, 0)
+                        lo = min(lo, rlo)
+                    total += sum(c.inputs.values()) + c.leaf_max_bytes + codec
+                elif isinstance(c, MaskProfile):
+                    total += tensor(c.key, c.nbytes) + c.mask_bytes
+                elif isinstance(c, LeafRecomputeProfile):
+                    total += sum(tensor(k, b) for k, b in c.saved.items())
+                    total += sum(c.inputs.values())
+                else:  # a regeneration
+                    total += tensor(c.out_key, c.out_bytes) + mask_of.get(c.out_key, 0)
+                    total += c.in_bytes
+            out[key] = (total, lo)
+        for unit, inside in self.inside.items():  # recomputing a unit voids its fine ones
+            if unit in out:
+                b, lo = out[unit]
+                for f in inside:
+                    fb, flo = out.get(f, (0, lo))
+                    b, lo = b + fb, min(lo, flo)
+                out[unit] = (b, lo)
+        return out
+
 
 def overhead(profile: ModelProfile, states: dict[str, State], ctx) -> float:
     """Predicted overhead of ``states``: the sum of the decisions' costs, summed in the
@@ -132,6 +196,7 @@ def refine(
     max_sims: int | None = None,
     exact: bool = False,
     rel_tol: float = 1e-9,
+    bounded: bool = False,
 ) -> tuple[dict[str, State], dict]:
     """Locally optimal states reachable from the feasible ``states`` by drop and
     exchange moves (module doc); returns (states, stats).  The result fits the budget
@@ -141,8 +206,17 @@ def refine(
     accepted moves or ``max_sims`` simulator calls before a local optimum: the best
     states found so far are returned; the cap counts calls, not time, so the result is
     the same on every machine).  ``exact``: moves add no compression (a compressed
-    unit of the start may still be reverted)."""
+    unit of the start may still be reverted).
+
+    ``bounded`` (for :func:`.planner.simulate`, ``scope="saved"``): the repair step
+    simulates its candidates in order of a lower bound on their score (added cost over
+    an upper bound of the excess removed, :meth:`_Space.removal_bounds`) and stops once
+    the bound passes the best score found; it picks the candidate the full loop picks
+    (the lowest score, the first of equal ones) with fewer simulator calls (MobileNetV2
+    at 0.35 width, batch 32: see ``docs/results/budget.md``, round 22), so an uncapped
+    search returns the same states and a capped one goes further in the same calls."""
     space = _Space(profile, method, ctx, exact)
+    removal = space.removal_bounds() if bounded else None
     n_sims = [0]
     # the simulators read a state only through ``states.get(key, keep)``, so states with
     # the same non-keep decisions simulate alike; the search revisits many (MobileNetV2
@@ -204,6 +278,8 @@ def refine(
             t2 = 2 * profile.n_steps
             here = cost_of(st)  # the same for every trial of this step
             best = None
+            over = np.maximum(mem - budget_bytes, 0) if removal is not None else None
+            pending = []  # bounded: (score's lower bound, loop order, trial, dc)
             for k, item in space.by_key.items():
                 if k == tabu:
                     continue
@@ -216,6 +292,15 @@ def refine(
                     if s == cur_s or not space.allowed(st, k, s):
                         continue
                     trial = space.apply(st, k, s)
+                    if over is not None:
+                        rb, lo_k = removal[k]
+                        ub = int(np.minimum(over[lo_k : t2 - lo_k], rb).sum())
+                        if ub <= 0:  # it cannot remove any excess: gain <= 0
+                            continue
+                        dc = cost_of(trial) - here
+                        lb = dc / ub if dc > 0 else -np.inf
+                        pending.append((lb, len(pending), trial, dc))
+                        continue
                     m2 = peak_of(trial)
                     gain = ex - excess(m2)
                     if gain <= 0:
@@ -224,6 +309,21 @@ def refine(
                     score = dc / gain
                     if best is None or score < best[0]:
                         best = (score, trial, m2)
+            if pending:  # the same choice as the loop above: min (score, loop order)
+                pending.sort(key=lambda x: (x[0], x[1]))
+                pick = None
+                for lb, i, trial, dc in pending:
+                    if pick is not None and (lb, i) > (pick[0], pick[1]):
+                        break
+                    m2 = peak_of(trial)
+                    gain = ex - excess(m2)
+                    if gain <= 0:
+                        continue
+                    score = dc / gain
+                    if pick is None or (score, i) < (pick[0], pick[1]):
+                        pick = (score, i, trial, m2)
+                if pick is not None:
+                    best = (pick[0], pick[2], pick[3])
             if best is None:
                 return None
             st, mem = best[1], best[2]
