@@ -216,7 +216,8 @@ def refine(
     at 0.35 width, batch 32: see ``docs/results/budget.md``, round 22), so an uncapped
     search returns the same states and a capped one goes further in the same calls."""
     space = _Space(profile, method, ctx, exact)
-    removal = space.removal_bounds() if bounded else None
+    bounds = space.removal_bounds()
+    removal = bounds if bounded else None
     n_sims = [0]
     # the simulators read a state only through ``states.get(key, keep)``, so states with
     # the same non-keep decisions simulate alike; the search revisits many (MobileNetV2
@@ -280,12 +281,14 @@ def refine(
             best = None
             over = np.maximum(mem - budget_bytes, 0) if removal is not None else None
             pending = []  # bounded: (score's lower bound, loop order, trial, dc)
-            for k, item in space.by_key.items():
+            for k in space.by_key:
                 if k == tabu:
                     continue
-                step = item.step
-                # a decision at forward step s changes memory from s to its backward step
-                if step > hi or t2 - 1 - step < lo:
+                # a decision changes memory from its first step to that step's mirror:
+                # its own (earliest) call's, or an earlier regeneration's whose source
+                # a unit's tensors keep alive
+                first = bounds[k][1]
+                if first > hi or t2 - 1 - first < lo:
                     continue
                 cur_s = st.get(k, KEEP)
                 for s in space.on_state(k):
