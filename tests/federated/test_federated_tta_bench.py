@@ -2,6 +2,8 @@
 
 import json
 
+import pytest
+
 from bench_loader import load_benchmark
 
 
@@ -37,3 +39,11 @@ def test_tta_benchmark_quick(capsys):
     abl = [r["method"] for r in out["ablations"]["fedprox"]]
     assert abl == ["random", "fedhybrid", "fedhybrid-noselector", "fedhybrid-nooptimizer",
                    "fedhybrid-nocompress", "fedhybrid-nopredictor"]  # fmt: skip
+
+
+def test_tta_benchmark_scale_flags_conflict(capsys):
+    mod = load_benchmark("fedhybrid_tta")
+    with pytest.raises(SystemExit) as e:
+        mod.main(["--scale-only", "--no-scale"])
+    assert e.value.code == 2
+    assert "--scale-only and --no-scale exclude each other" in capsys.readouterr().err
