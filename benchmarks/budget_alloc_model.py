@@ -94,6 +94,10 @@ def measure(name: str, batch: int, budgets: list[str], methods: list[str], steps
                     "held": held,
                     "within_budget": held <= budget,
                     "decisions": decisions,
+                    # the non-keep states: with any profile of the same model and batch
+                    # (its memory terms do not depend on timing) the plan can be rebuilt
+                    # and measured again when a row is over its budget
+                    "states": sorted([k, *v] for k, v in states.items() if v[0] != "keep"),
                 }
             )
     for r in rows:

@@ -333,3 +333,34 @@ def test_a_blocks_regenerations_together_are_within_the_prediction():
     held = step_alloc_peak(model, p, (x,), loss_fn)[0]
     predicted = int(simulate_all(prof, states).max())
     assert held <= predicted <= 1.03 * held  # before: 149,952 B above the prediction
+
+
+def test_a_chain_regeneration_frees_its_batchnorm_statistics_with_the_batchnorm(tiny):
+    """A BatchNorm -> ReLU6 chain regenerated from the BatchNorm's batch statistics: the
+    executor took the statistics from the head's entry but left the entry (2 x C floats)
+    to the end of the step, after the BatchNorm's own backward had freed its copy.  The
+    model does not count them there; MobileNetV2 b2 held 4,608 B per 576-channel chain
+    to the end of the step, and one CI run's plan at its all-allocation minimum measured
+    239 B over its budget (round 24).  One chain: every step within the model; every
+    chain of the tiny profile at once: every backward step."""
+    model, (x,), loss_fn, prof = tiny
+    chains = [r for r in prof.regens if r.chain and "conv.0.1>" in r.state_key]
+    assert chains, [r.state_key for r in prof.regens if r.chain]
+    t = prof.n_steps
+    for group in (chains[:1], chains):
+        p = ExecutionPlan(
+            "hybrid", 1, 1, 1, 0.0,
+            [UnitDecision(r.name, "regen", chain=list(r.chain)) for r in group],
+        )  # fmt: skip
+        states = plan_states(prof, p)
+        assert states == {r.state_key: ("regen", None) for r in group}
+        meas = measure_alloc_steps(
+            model, (x,), loss_fn, unit_call_steps(prof),
+            {s for s, _ in prof.glue}, t, plan=p,
+        )[0]  # fmt: skip
+        seen = simulate_all(torch_visible(prof), states)[: len(meas)]
+        # backward steps: the forward of many regenerations at once is under-counted
+        # otherwise (their measured sets do not contain every chain; known, README)
+        lo = 0 if len(group) == 1 else t
+        over = [(int(k), int(meas[k] - seen[k])) for k in np.flatnonzero(meas > seen) if k >= lo]
+        assert not over, (len(group), over)

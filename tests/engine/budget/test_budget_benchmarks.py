@@ -361,6 +361,13 @@ def test_budget_alloc_model_benchmark_quick(capsys):
     planned = [r for r in rows if r["budget"] is not None]
     assert {r["budget"] for r in planned} == {"0.8", "min"}
     for r in planned:
-        assert r["feasible"] and r["within_budget"], r
+        assert r["feasible"], r
+        # the plan depends on the profiled timings, so name all of it when it is over
+        # (round 24: one CI run's plan at the minimum held more than the budget)
+        assert r["within_budget"], (
+            f"{r['budget']}: held {r['held']:,} B > budget {r['budget_bytes']:,} "
+            f"(predicted {r['predicted']:,}, torch-visible {r['measured']:,}, "
+            f"seen {r['seen']:,}); {r['decisions']}; states {r['states']}"
+        )
         assert r["measured"] <= r["budget_bytes"]
         assert -0.10 <= r["error"] <= 0.0, r  # over-prediction only, and by < 10 %
