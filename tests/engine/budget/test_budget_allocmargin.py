@@ -340,8 +340,8 @@ def test_a_chain_regeneration_frees_its_batchnorm_statistics_with_the_batchnorm(
     executor took the statistics from the head's entry but left the entry (2 x C floats)
     to the end of the step, after the BatchNorm's own backward had freed its copy.  The
     model does not count them there; MobileNetV2 b2 held 4,608 B per 576-channel chain
-    to the end of the step, and one CI run's plan at its all-allocation minimum measured
-    239 B over its budget (round 24).  One chain: every step within the model; every
+    to the end of the step, and a plan at its all-allocation minimum measured 239 B over
+    its budget (round 24).  One chain: every step within the model; every
     chain of the tiny profile at once: every backward step."""
     model, (x,), loss_fn, prof = tiny
     chains = [r for r in prof.regens if r.chain and "conv.0.1>" in r.state_key]
