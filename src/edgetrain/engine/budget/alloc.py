@@ -324,7 +324,7 @@ def torch_visible(profile: Any) -> Any:
         dataclasses.replace(
             u,
             codecs={
-                k: dataclasses.replace(c, held_bytes=u.saved_bytes - u.float_bytes)
+                k: dataclasses.replace(c, held_bytes=u.saved_bytes - u.float_bytes, per_key={})
                 for k, c in u.codecs.items()
             },
         )

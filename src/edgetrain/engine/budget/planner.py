@@ -282,11 +282,16 @@ def simulate(
         else:  # compress / swap: small and non-float storages stay raw
             hold(saved, u.step, gone | u.float_keys | mine.keys())
             if d == "compress":
-                enc = u.codecs[codec].held_bytes - (u.saved_bytes - u.float_bytes)
+                cost = u.codecs[codec]
+                enc = cost.held_bytes - (u.saved_bytes - u.float_bytes)
                 out = gone | mine.keys()
-                lost = sum(b for k, b in saved.items() if k in out and k in u.float_keys)
-                if lost and u.float_bytes:  # regenerated / masked tensors are not encoded
-                    enc = int(enc * max(u.float_bytes - lost, 0) / u.float_bytes)
+                if cost.per_key:  # regenerated / masked tensors are not encoded
+                    if out:
+                        enc = sum(b for k, b in cost.per_key.items() if k not in out)
+                else:  # a profile saved before per-storage sizes: scale by the bytes left
+                    lost = sum(b for k, b in saved.items() if k in out and k in u.float_keys)
+                    if lost and u.float_bytes:
+                        enc = int(enc * max(u.float_bytes - lost, 0) / u.float_bytes)
                 extra[u.step] += enc
                 extra[2 * t - u.step] -= enc
     if regen:

@@ -103,6 +103,13 @@ class CodecCost:
     held_bytes: int  # bytes the unit holds when compressed (encoded + uncompressible raw)
     encode_s: float
     decode_s: float
+    #: encoded bytes per float storage key (the tensors of that storage, as measured):
+    #: what the unit still encodes when some of its float storages are regenerated or
+    #: masked instead.  Activations do not compress alike (a ReLU6 output's zeros encode to
+    #: far less than a convolution's output), so the remainder is not ``held_bytes``
+    #: scaled by the bytes left.  Empty in profiles saved before round 25 (the planner
+    #: then scales; see :func:`.planner.simulate`)
+    per_key: dict[int, int] = field(default_factory=dict)
 
 
 @dataclass
@@ -530,9 +537,14 @@ def _time_unit(
 
 
 def _codec_cost(codec: Codec, tensors: list[torch.Tensor], sample_bytes: int) -> CodecCost:
-    held = 0.0
+    """Encoded bytes and encode / decode process seconds of ``tensors`` (each tensor
+    larger than ``sample_bytes`` measured on a slice of its first dimension and scaled),
+    in all and per storage."""
+    held = 0
     enc = dec = 0.0
+    per_key: dict[int, int] = {}
     for t in tensors:
+        key = storage_key(t)[0]
         x = t.detach()
         scale = 1.0
         nbytes = x.numel() * x.element_size()
@@ -545,10 +557,12 @@ def _codec_cost(codec: Codec, tensors: list[torch.Tensor], sample_bytes: int) ->
         t1 = time.process_time()
         codec.decode(data)
         t2 = time.process_time()
-        held += len(data) * scale
+        nb = math.ceil(len(data) * scale)
+        held += nb
+        per_key[key] = per_key.get(key, 0) + nb
         enc += (t1 - t0) * scale
         dec += (t2 - t1) * scale
-    return CodecCost(int(math.ceil(held)), enc, dec)
+    return CodecCost(held, enc, dec, per_key)
 
 
 def profile_model(
