@@ -38,7 +38,7 @@ from edgetrain.engine.budget.alloc import (
     unit_call_steps,
 )
 from edgetrain.engine.budget.plan import ExecutionPlan, UnitDecision
-from edgetrain.engine.budget.planner import simulate_all
+from edgetrain.engine.budget.planner import simulate, simulate_all
 from edgetrain.engine.budget.runner import codecs_for
 
 
@@ -213,8 +213,9 @@ def test_kept_and_recomputed_units_get_no_released_bytes(tiny):
 
 def test_step_alloc_peak_counts_the_encoded_buffers_outside_torch(tiny):
     """The default measurement adds what the executor holds outside torch's allocator
-    (the codec's encoded ``bytes``): above the profiler's view by at most those bytes,
-    and equal to it for a plan that holds none."""
+    (the codec's encoded ``bytes``, and the packed bits of the masks it puts on a
+    compressed unit's ReLU6s): above the profiler's view by at most those bytes, and
+    equal to it for a plan that holds none."""
     model, inputs, loss_fn, prof = tiny
     units = [u for u in prof.units if "mix" in u.codecs and u.float_bytes][:3]
     assert units
@@ -227,9 +228,9 @@ def test_step_alloc_peak_counts_the_encoded_buffers_outside_torch(tiny):
     class Counting(MarkingAccountant):
         encoded = 0
 
-        def hold_bytes(self, nbytes: int, owner: object) -> None:
+        def mark_outside(self, nbytes: int, owner: object) -> None:
             Counting.encoded += nbytes
-            super().hold_bytes(nbytes, owner)
+            super().mark_outside(nbytes, owner)
 
     run_plan_step(model, p, inputs, loss_fn, Counting(exclude=model_state_tensors(model)))
     model.zero_grad(set_to_none=True)
@@ -305,9 +306,9 @@ def test_a_regenerated_leaf_feeding_a_recomputed_unit_keeps_its_input(tiny):
     assert (meas <= seen).all(), [(k, int(meas[k] - seen[k])) for k in np.flatnonzero(meas > seen)]
     assert step_alloc_peak(model, p, (x,), loss_fn)[0] <= int(simulate_all(prof, states).max())
     # the input held beside the recomputed unit's kept input is what the model lacked
+    # (the mask's bits are held too: numpy's memory, apart from that storage; round 25)
     extra = simulate(prof, states, live_sources=True) - simulate(prof, states)
-    # (the mask's bits were counted on that storage's key, so the step adds the rest)
-    assert extra.max() == regen.in_bytes - mask.mask_bytes > 0
+    assert extra.max() == regen.in_bytes > mask.mask_bytes > 0
     assert (meas > (seen - extra[: len(meas)])).any()
 
 
@@ -405,3 +406,93 @@ def test_a_compressed_unit_encodes_what_is_left_of_it_byte_for_byte(tiny):
     enc = sum(cost.per_key.values())
     scaled = enc * (unit.float_bytes - unit.saved[regen.out_key]) / unit.float_bytes
     assert Counting.encoded - scaled > 0.2 * Counting.encoded
+
+
+class _Outside(MarkingAccountant):
+    """Sums what the executor holds outside torch's allocator in one step: encoded
+    buffers (``hold_bytes``) and fast masks' packed bits (``mark_outside``)."""
+
+    total = 0
+
+    def mark_outside(self, nbytes: int, owner: object) -> None:
+        _Outside.total += nbytes
+        super().mark_outside(nbytes, owner)
+
+
+def _outside_bytes(model, p, inputs, loss_fn) -> int:
+    _Outside.total = 0
+    run_plan_step(model, p, inputs, loss_fn, _Outside(exclude=model_state_tensors(model)))
+    model.zero_grad(set_to_none=True)
+    return _Outside.total
+
+
+def test_a_compressed_units_relu6_is_held_as_its_mask(tiny):
+    """The executor masks every ReLU-family leaf of a compressed unit (a lossy codec
+    must not hold what the leaf's backward reads through a predicate), so the ReLU6's
+    input is held as 1 bit per element, not encoded.  The model encoded it: 37 % more
+    than the executor held outside torch on this unit (140,973 B against 102,719), and
+    the compress method's plans on MobileNetV2 b2 held 4-11 % less than predicted
+    (round 25)."""
+    model, inputs, loss_fn, prof = tiny
+    unit = prof.unit("features.1.conv.1")
+    (mask,) = [m for m in prof.masks if m.name == "features.1.conv.1.2"]
+    assert mask.key in unit.saved and mask.key in unit.codecs["mix"].per_key
+    states = {unit.name: ("compress", "mix")}
+    p = ExecutionPlan("hybrid", 1, 1, 1, 0.0, [UnitDecision(unit.name, "compress", "mix")])
+    outside = simulate_all(prof, states) - simulate_all(torch_visible(prof), states)
+    predicted = int(outside[unit.step] - outside[unit.step - 1])
+    measured = _outside_bytes(model, p, inputs, loss_fn)
+    cost = unit.codecs["mix"]
+    assert predicted == sum(cost.per_key.values()) - cost.per_key[mask.key] + mask.mask_bytes
+    assert abs(measured - predicted) <= 0.01 * measured, (measured, predicted)
+    # and the same saved-tensor bytes as the plan masking the leaf itself (the
+    # all-allocation model adds the mask's own measured transients, ``fix["mask"]``)
+    p2 = ExecutionPlan(
+        "hybrid", 1, 1, 1, 0.0,
+        [UnitDecision(unit.name, "compress", "mix"), UnitDecision(mask.name, "mask")],
+    )  # fmt: skip
+    s2 = plan_states(prof, p2)
+    assert s2 == {**states, mask.state_key: ("mask", None)}
+    assert (simulate(prof, s2) == simulate(prof, states)).all()
+    assert _outside_bytes(model, p2, inputs, loss_fn) == measured
+
+
+def test_a_chain_regeneration_inside_a_compressed_unit_regenerates_nothing(tiny):
+    """A BatchNorm -> ReLU6 chain regenerates from the BatchNorm's input, which a
+    compressed unit holds only encoded: by the tail nothing holds the raw tensor, and the
+    ReLU6's output is held as without the chain.  The model dropped that output and
+    held the BatchNorm's input for it instead: up to 917,504 B over what the step held,
+    at some steps, on the tiny profile.  It now ignores such a chain (the predicted peak
+    is then the one measured), and the planner does not offer one there."""
+    model, inputs, loss_fn, prof = tiny
+    unit = prof.unit("features.1.conv.1")
+    (chain,) = [r for r in prof.regens if r.state_key == f"regen:{unit.name}.1>{unit.name}.2"]
+    states = {unit.name: ("compress", "mix")}
+    with_chain = {**states, chain.state_key: ("regen", None)}
+    assert (simulate_all(prof, with_chain) == simulate_all(prof, states)).all()
+    p = ExecutionPlan("hybrid", 1, 1, 1, 0.0, [UnitDecision(unit.name, "compress", "mix")])
+    pc = ExecutionPlan(
+        "hybrid", 1, 1, 1, 0.0,
+        [UnitDecision(unit.name, "compress", "mix"),
+         UnitDecision(chain.name, "regen", chain=list(chain.chain))],
+    )  # fmt: skip
+    assert plan_states(prof, pc) == with_chain
+    assert _outside_bytes(model, pc, inputs, loss_fn) == _outside_bytes(model, p, inputs, loss_fn)
+    assert step_alloc_peak(model, pc, inputs, loss_fn)[0] <= simulate_all(prof, with_chain).max()
+    # kept, the chain does drop the ReLU6's output
+    kept = {chain.state_key: ("regen", None)}
+    assert simulate_all(prof, kept).max() < simulate_all(prof, {}).max()
+
+
+def test_a_fast_masks_bits_count_in_the_held_peak(tiny):
+    """A fast mask's packed bits are numpy memory under a ``torch.from_numpy`` tensor:
+    the profiler does not see them, so ``step_alloc_peak`` adds them from the
+    accountant's marks (``mark_outside``), as it adds encoded buffers."""
+    model, inputs, loss_fn, prof = tiny
+    masks = [m for m in prof.masks if m.fast][:4]
+    assert masks
+    p = ExecutionPlan("hybrid", 1, 1, 1, 0.0, [UnitDecision(m.name, "mask") for m in masks])
+    torch_only = step_alloc_peak(model, p, inputs, loss_fn, held=False)[0]
+    held = step_alloc_peak(model, p, inputs, loss_fn)[0]
+    assert 0 < held - torch_only <= sum(m.mask_bytes for m in masks)
+    assert _outside_bytes(model, p, inputs, loss_fn) == sum(m.mask_bytes for m in masks)

@@ -91,6 +91,12 @@ class MemoryAccountant:
         self._add(key, nbytes)
         weakref.finalize(owner, self._release, key)
 
+    def mark_outside(self, nbytes: int, owner: object) -> None:
+        """A buffer of ``nbytes`` outside torch's allocator that a saved tensor already
+        counted here refers to, alive while ``owner`` is: a fast mask's packed bits
+        (numpy memory under a ``torch.from_numpy`` tensor).  Only
+        :class:`MarkingAccountant` records it (for the all-allocation peak)."""
+
     def _add(self, key: object, nbytes: int) -> None:
         ref = self._refs.get(key)
         self.events += 1
@@ -234,9 +240,12 @@ class MarkingAccountant(MemoryAccountant):
     encoded buffers the profiler alone missed."""
 
     def hold_bytes(self, nbytes: int, owner: object) -> None:
+        self.mark_outside(nbytes, owner)
+        super().hold_bytes(nbytes, owner)
+
+    def mark_outside(self, nbytes: int, owner: object) -> None:
         mark(f"+{int(nbytes)}")
         weakref.finalize(owner, mark, f"-{int(nbytes)}")
-        super().hold_bytes(nbytes, owner)
 
 
 def run_plan_step(model, plan, inputs, loss_fn, acc: MemoryAccountant) -> None:

@@ -327,6 +327,7 @@ def torch_visible(profile: Any) -> Any:
                 k: dataclasses.replace(c, held_bytes=u.saved_bytes - u.float_bytes, per_key={})
                 for k, c in u.codecs.items()
             },
+            auto_mask_bytes=0,
         )
         for u in profile.units
     ]

@@ -413,7 +413,7 @@ class PlanExecutor:
             if not a and not k and x.requires_grad and fast_maskable(x):
                 # one autograd node that saves the packed bits itself: no hook context,
                 # no float stand-in in backward (the common case)
-                return masked_call(x, inner, lo, hi, not saves_input)
+                return masked_call(x, inner, lo, hi, not saves_input, self.acc.mark_outside)
             xkey = storage_key(x)[0]
 
             def pack(t: torch.Tensor) -> object:

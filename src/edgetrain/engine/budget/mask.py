@@ -118,10 +118,12 @@ class _MaskedOp(torch.autograd.Function):
     """Run a ReLU-family forward; save only the packed pass bits (no saved-tensor hook)."""
 
     @staticmethod
-    def forward(ctx, x, fn, lo, hi, on_output):  # type: ignore[override]
+    def forward(ctx, x, fn, lo, hi, on_output, held=None):  # type: ignore[override]
         y = fn(x)
         src = y if on_output else x
         bits = pass_bits(src.detach().numpy().reshape(-1), lo, hi, on_output)
+        if held is not None:  # numpy's memory, alive as long as the saved tensor
+            held(bits.nbytes, bits)
         ctx.save_for_backward(torch.from_numpy(bits))
         return y
 
@@ -129,12 +131,16 @@ class _MaskedOp(torch.autograd.Function):
     @torch.autograd.function.once_differentiable
     def backward(ctx, g):  # type: ignore[override]
         (bits,) = ctx.saved_tensors
-        return apply_bits(g, bits.numpy()), None, None, None, None
+        return apply_bits(g, bits.numpy()), None, None, None, None, None
 
 
-def masked_call(x: torch.Tensor, fn, lo: float, hi: float, on_output: bool) -> torch.Tensor:
+def masked_call(
+    x: torch.Tensor, fn, lo: float, hi: float, on_output: bool, held=None
+) -> torch.Tensor:
     """``fn(x)`` (a ReLU / ReLU6 / Hardtanh forward) holding only ``numel/8`` bytes for
     backward.  ``on_output``: the predicate is read from the output (ReLU) rather than
     the input (Hardtanh family), as the op's own backward does.  Requires
-    :func:`fast_maskable`."""
-    return _MaskedOp.apply(x, fn, lo, hi, on_output)
+    :func:`fast_maskable`.  ``held(nbytes, owner)`` is told of the packed bits (numpy
+    memory, outside torch's allocator) and the array that owns them
+    (``MemoryAccountant.mark_outside``)."""
+    return _MaskedOp.apply(x, fn, lo, hi, on_output, held)

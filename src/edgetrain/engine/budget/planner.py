@@ -145,8 +145,13 @@ class _Ctx:
             return max(u.saved_bytes - self._fine_saving(u), 0)
         if s[0] == "recompute":
             return sum(u.inputs.values())
-        if s[0] == "compress":
-            return u.codecs[s[1]].held_bytes
+        if s[0] == "compress":  # the ReLU-family leaves' saves held as masks (simulate)
+            cost = u.codecs[s[1]]
+            held = cost.held_bytes + u.auto_mask_bytes
+            if cost.per_key:
+                for k, m in auto_masks(self.profile, u).items():
+                    held += m.mask_bytes - cost.per_key.get(k, 0)
+            return held
         return u.saved_bytes - u.float_bytes  # swap
 
     def cost(self, u: UnitProfile | Fine, s: State) -> float:
@@ -208,6 +213,44 @@ def calls_of(profile: ModelProfile, u: UnitProfile | Fine) -> list[UnitProfile |
     return _Ctx(profile, IoContentionModel()).calls(u)
 
 
+def auto_masks(profile: ModelProfile, u: UnitProfile) -> dict[int, MaskProfile]:
+    """The mask candidates inside unit ``u`` (storage key -> mask): what the executor
+    masks whenever ``u`` is compressed, whether or not the plan masks them
+    (``PlanExecutor.__enter__``: a lossy codec must not hold what a ReLU-family
+    backward reads only through a predicate).  Cached on the profile."""
+    cache = profile.__dict__.get("_auto_masks")
+    if cache is None:
+        cache = {}
+        for m in profile.masks:
+            for v in profile.units:
+                if m.key in v.saved and (v.name == "" or m.name.startswith(v.name + ".")):
+                    cache.setdefault(v.index, {})[m.key] = m
+        profile.__dict__["_auto_masks"] = cache
+    return cache.get(u.index, {})
+
+
+def chain_owners(profile: ModelProfile) -> dict[str, str]:
+    """Per regeneration through several leaves (state key), the unit it lies in.  Inside
+    a compressed or swapped unit such a chain regenerates nothing: its head's input is
+    saved encoded (or on storage), so nothing holds the raw tensor it would regenerate
+    from (``PlanExecutor._wrap_regen``: the head's entry is dead by the tail), and the
+    tail's output is encoded as it would be without the chain.  Cached on the
+    profile."""
+    cache = profile.__dict__.get("_chain_owners")
+    if cache is None:
+        cache = {}
+        for r in profile.regens:
+            if len(r.chain) > 1:
+                for u in profile.units:
+                    if u.name == "" or r.name == u.name or r.name.startswith(u.name + "."):
+                        cache[r.state_key] = u.name
+        profile.__dict__["_chain_owners"] = cache
+    return cache
+
+
+_NOT_KEPT = ("compress", "swap")
+
+
 def simulate(
     profile: ModelProfile, states: dict[str, State], *, live_sources: bool = False
 ) -> np.ndarray:
@@ -230,6 +273,13 @@ def simulate(
     first: dict[int, int] = {}
     size: dict[int, int] = {}
     regen = [r for r in profile.regens if get(r.state_key, _KEEP1)[0] == "regen"]
+    if regen:  # a chain inside a compressed / swapped unit regenerates nothing
+        owners = chain_owners(profile)
+        regen = [
+            r
+            for r in regen
+            if r.state_key not in owners or get(owners[r.state_key], _KEEP1)[0] not in _NOT_KEPT
+        ]
     dropped = {r.out_key: r.out_bytes for r in regen}
     masked = {
         m.key: m
@@ -270,9 +320,18 @@ def simulate(
                 regen_at += [(u.step, dropped[k]) for k in saved.keys() & dropped.keys()]
             if masked:
                 mine = {k: masked[k].mask_bytes for k in saved.keys() & masked.keys()}
+            if d == "compress":  # the executor masks a compressed unit's ReLU-family leaves
+                auto = auto_masks(profile, u)
+                if auto:
+                    auto = {k: m for k, m in auto.items() if k not in dropped and k not in mine}
+                    mine.update((k, m.mask_bytes) for k, m in auto.items())
             if mine:  # a recomputed unit runs without masks (nothing of it is held)
-                hold(mine, u.step)
-                slow = [masked[k].nbytes for k in mine if not masked[k].fast]
+                # the packed bits are numpy's memory, apart from the storage (``~k``):
+                # a regeneration's source may still hold that storage whole
+                hold({~k: b for k, b in mine.items()}, u.step)
+                slow = [
+                    m.nbytes for k in mine if not (m := masked[k] if k in masked else auto[k]).fast
+                ]
                 if slow:  # the hook fallback expands one mask at a time in backward
                     unmask.append((u.step, max(slow)))
         if d == "keep":
@@ -292,6 +351,7 @@ def simulate(
                     lost = sum(b for k, b in saved.items() if k in out and k in u.float_keys)
                     if lost and u.float_bytes:
                         enc = int(enc * max(u.float_bytes - lost, 0) / u.float_bytes)
+                enc += u.auto_mask_bytes
                 extra[u.step] += enc
                 extra[2 * t - u.step] -= enc
     if regen:
@@ -423,7 +483,10 @@ def simulate_all(profile: ModelProfile, states: dict[str, State]) -> np.ndarray:
     # the measured sets did not contain the three (round 16)
     regen_fix, step_fix = fix.get("regen", {}), fix.get("regen-step", {})
     on: dict[int, list[tuple[int, int, int]]] = {}
+    owners = chain_owners(profile) if regen_fix else {}
     for r in profile.regens if regen_fix else ():
+        if r.state_key in owners and get(owners[r.state_key], _KEEP1)[0] in _NOT_KEPT:
+            continue  # regenerates nothing there (simulate)
         if get(r.state_key, _KEEP1)[0] == "regen" and r.step not in recomputed:
             f, b = regen_fix.get(r.entry, (0, 0))
             on.setdefault(r.step, []).append((f, b, r.out_bytes))
@@ -528,6 +591,8 @@ def _greedy(
             if u.name == "" or f.name == u.name or f.name.startswith(u.name + "."):
                 owner[f.state_key] = u.name
 
+    chains = chain_owners(profile)
+
     def key(u: UnitProfile | Fine) -> str:
         return u.name if isinstance(u, UnitProfile) else u.state_key
 
@@ -538,6 +603,8 @@ def _greedy(
             return []
         if states.get(owner.get(u.state_key, ""), ("keep",))[0] == "recompute":
             return []
+        if u.state_key in chains and states.get(chains[u.state_key], _KEEP1)[0] in _NOT_KEPT:
+            return []  # regenerates nothing there (chain_owners)
         if isinstance(u, LeafRecomputeProfile):
             lad = _LR_LADDER
         else:

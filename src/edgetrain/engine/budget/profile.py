@@ -131,6 +131,12 @@ class UnitProfile:
     #: kept from forward to backward when the unit is recomputed, which then needs no
     #: second reduction over the batch (``PlanExecutor._wrap_batchnorm``)
     stats_keys: set[int] = field(default_factory=set)
+    #: packed bits the executor holds beside the encoded bytes when the unit is compressed:
+    #: it masks every ReLU-family leaf of a compressed unit (``PlanExecutor.__enter__``),
+    #: also those whose saved tensor another op saves too (no mask candidate, so the
+    #: tensor is still encoded for that op); the candidates' masks are in
+    #: :func:`.planner.auto_masks`
+    auto_mask_bytes: int = 0
     #: in-step recompute cost (:func:`_in_situ_costs`): ``rc_scale * eq. 6 + rc_fixed_s``,
     #: fitted to the measured step overheads of recomputing two groups of the model's
     #: recomputable units (the costliest ones by eq. 6 and the rest)
@@ -713,6 +719,7 @@ def profile_model(
     total = sum({r.key: r.nbytes for r in recs}.values())
     regens = _regen_candidates(model, recs, leaf_out, captured, repeats)
     masks = _mask_candidates(model, recs, leaf_out, repeats)
+    _auto_mask_bytes(model, recs, leaf_out, profiles, masks)
     _in_situ_costs(model, inputs, loss_fn, profiles, regens, masks, in_situ_steps)
     lrs = _leaf_recompute_candidates(model, recs, captured, calls, unit_step, repeats)
     prof = ModelProfile(profiles, glue, len(items), item_s, total, regens, masks, lrs)
@@ -835,6 +842,33 @@ def _mask_candidates(
             )
         )
     return out
+
+
+def _auto_mask_bytes(
+    model: nn.Module,
+    recs: list[_Rec],
+    leaf_out: list[tuple[str, int, tuple[int, int], tuple[int, int], int]],
+    units: list[UnitProfile],
+    masks: list[MaskProfile],
+) -> None:
+    """Set each unit's :attr:`UnitProfile.auto_mask_bytes`: the packed bits of its
+    ReLU-family leaves that are not mask candidates but saved one float tensor (the
+    executor masks them when the unit is compressed; the tensor stays encoded for the
+    other op that saves it)."""
+    from edgetrain.engine.budget.mask import mask_bytes
+
+    candidates = {(m.name, m.call) for m in masks}
+    for name, _, _, _, call in leaf_out:
+        mod = model.get_submodule(name)
+        if mask_range(mod) is None or (name, call) in candidates:
+            continue
+        own = [r for r in recs if r.stack and r.stack[-1] == name and r.call == call]
+        if len(own) != 1 or not own[0].tensor.is_floating_point():
+            continue
+        for u in units:
+            if own[0].key in u.saved and (u.name == "" or name.startswith(u.name + ".")):
+                u.auto_mask_bytes += mask_bytes(own[0].tensor.numel())
+                break
 
 
 #: bounds of the in-step recompute / regen factors.  The measured difference of two step

@@ -46,6 +46,7 @@ class _Space:
             MASK_METHODS,
             REGEN_METHODS,
             _rivals,
+            chain_owners,
         )
 
         self.profile = profile
@@ -72,6 +73,7 @@ class _Space:
             for u in profile.units:
                 if u.name == "" or f.name == u.name or f.name.startswith(u.name + "."):
                     self.owner[f.state_key] = u.name
+        self.chains = chain_owners(profile)
         self.inside: dict[str, list[str]] = {}
         for k, o in self.owner.items():
             self.inside.setdefault(o, []).append(k)
@@ -96,7 +98,10 @@ class _Space:
             return True
         if any(states.get(r, KEEP)[0] != "keep" for r in self.rivals[key]):
             return False
-        return states.get(self.owner.get(key, ""), KEEP)[0] != "recompute"
+        owner = states.get(self.owner.get(key, ""), KEEP)[0]
+        if key in self.chains and owner in ("compress", "swap"):
+            return False  # a chain there regenerates nothing (planner.chain_owners)
+        return owner != "recompute"
 
     def apply(self, states: dict[str, State], key: str, s: State) -> dict[str, State]:
         """A copy of ``states`` with ``key`` set to ``s`` (a recomputed unit voids its
