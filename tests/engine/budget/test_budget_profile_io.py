@@ -16,6 +16,7 @@ from edgetrain.engine.budget import plan, profile_model
 from edgetrain.engine.budget.planner import METHODS
 from edgetrain.engine.budget.profile_io import (
     PROFILE_FORMAT,
+    PROFILE_VERSION,
     every_codec,
     fingerprint,
     fingerprint_diff,
@@ -125,8 +126,10 @@ def test_a_mismatched_fingerprint_names_every_field_and_keeps_the_file(measured,
         ("{not json", "is not valid JSON"),
         ("[1, 2]", "is not an edgetrain model profile"),
         (json.dumps({"format": PROFILE_FORMAT, "version": 99}), "version 99"),
-        (json.dumps({"format": PROFILE_FORMAT, "version": 1, "fingerprint": {}}),
+        (json.dumps({"format": PROFILE_FORMAT, "version": PROFILE_VERSION, "fingerprint": {}}),
          "malformed model profile"),
+        (json.dumps({"format": PROFILE_FORMAT, "version": 1, "fingerprint": {}}),
+         "version 1; this edgetrain reads version 2"),
     ],
 )  # fmt: skip
 def test_a_corrupt_file_is_one_clear_error(tmp_path, text, match):

@@ -347,7 +347,7 @@ def simulate(
                 if cost.per_key:  # regenerated / masked tensors are not encoded
                     if out:
                         enc = sum(b for k, b in cost.per_key.items() if k not in out)
-                else:  # a profile saved before per-storage sizes: scale by the bytes left
+                else:  # a cost without per-storage sizes (a synthetic one): scale
                     lost = sum(b for k, b in saved.items() if k in out and k in u.float_keys)
                     if lost and u.float_bytes:
                         enc = int(enc * max(u.float_bytes - lost, 0) / u.float_bytes)

@@ -107,8 +107,8 @@ class CodecCost:
     #: what the unit still encodes when some of its float storages are regenerated or
     #: masked instead.  Activations do not compress alike (a ReLU6 output's zeros encode to
     #: far less than a convolution's output), so the remainder is not ``held_bytes``
-    #: scaled by the bytes left.  Empty in profiles saved before round 25 (the planner
-    #: then scales; see :func:`.planner.simulate`)
+    #: scaled by the bytes left.  Empty (a cost made by hand): the planner then scales
+    #: (:func:`.planner.simulate`); saved profiles without it (version 1) are refused
     per_key: dict[int, int] = field(default_factory=dict)
 
 

@@ -9,7 +9,7 @@ resumed training run (``edgetrain run --resume``, which reads its run directory'
 
 The file is one JSON object::
 
-    {"format": "edgetrain-model-profile", "version": 1,
+    {"format": "edgetrain-model-profile", "version": 2,
      "fingerprint": {...what the profile was measured for...},
      "profile": {...every ModelProfile field...}}
 
@@ -51,7 +51,11 @@ from edgetrain.engine.budget.profile import (
 from edgetrain.errors import ConfigError
 
 PROFILE_FORMAT = "edgetrain-model-profile"
-PROFILE_VERSION = 1
+#: 2 (round 25): codec costs per storage (``CodecCost.per_key``) and the compressed units'
+#: extra mask bits (``UnitProfile.auto_mask_bytes``); a version-1 file lacks both, and
+#: plans made from it under-predict what a compressed unit holds, so it is refused (a
+#: run's own file is measured again, :func:`reusable_profile`'s ``on_mismatch``)
+PROFILE_VERSION = 2
 
 
 def every_codec() -> dict[str, Any]:
