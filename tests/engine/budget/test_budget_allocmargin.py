@@ -211,6 +211,24 @@ def test_kept_and_recomputed_units_get_no_released_bytes(tiny):
     assert all((a == c).all() for a, c in zip(with_r, without, strict=True))
 
 
+class _Outside(MarkingAccountant):
+    """Sums what the executor holds outside torch's allocator in one step: encoded
+    buffers (``hold_bytes``) and fast masks' packed bits (``mark_outside``)."""
+
+    total = 0
+
+    def mark_outside(self, nbytes: int, owner: object) -> None:
+        _Outside.total += nbytes
+        super().mark_outside(nbytes, owner)
+
+
+def _outside_bytes(model, p, inputs, loss_fn) -> int:
+    _Outside.total = 0
+    run_plan_step(model, p, inputs, loss_fn, _Outside(exclude=model_state_tensors(model)))
+    model.zero_grad(set_to_none=True)
+    return _Outside.total
+
+
 def test_step_alloc_peak_counts_the_encoded_buffers_outside_torch(tiny):
     """The default measurement adds what the executor holds outside torch's allocator
     (the codec's encoded ``bytes``, and the packed bits of the masks it puts on a
@@ -224,18 +242,9 @@ def test_step_alloc_peak_counts_the_encoded_buffers_outside_torch(tiny):
     )
     torch_only, _ = step_alloc_peak(model, p, inputs, loss_fn, held=False)
     held, acc_peak = step_alloc_peak(model, p, inputs, loss_fn)
-
-    class Counting(MarkingAccountant):
-        encoded = 0
-
-        def mark_outside(self, nbytes: int, owner: object) -> None:
-            Counting.encoded += nbytes
-            super().mark_outside(nbytes, owner)
-
-    run_plan_step(model, p, inputs, loss_fn, Counting(exclude=model_state_tensors(model)))
-    model.zero_grad(set_to_none=True)
-    assert Counting.encoded > 0
-    assert 0 < held - torch_only <= Counting.encoded
+    outside = _outside_bytes(model, p, inputs, loss_fn)
+    assert outside > 0
+    assert 0 < held - torch_only <= outside
     assert acc_peak > 0
     rc = ExecutionPlan("hybrid", 1, 1, 1, 0.0, [UnitDecision(units[0].name, "recompute", None)])
     assert (
@@ -389,41 +398,14 @@ def test_a_compressed_unit_encodes_what_is_left_of_it_byte_for_byte(tiny):
     assert states == {unit.name: ("compress", "mix"), regen.state_key: ("regen", None)}
     outside = simulate_all(prof, states) - simulate_all(torch_visible(prof), states)
     predicted = int(outside[unit.step] - outside[unit.step - 1])
-
-    class Counting(MarkingAccountant):
-        encoded = 0
-
-        def hold_bytes(self, nbytes: int, owner: object) -> None:
-            Counting.encoded += nbytes
-            super().hold_bytes(nbytes, owner)
-
-    run_plan_step(model, p, inputs, loss_fn, Counting(exclude=model_state_tensors(model)))
-    model.zero_grad(set_to_none=True)
+    encoded = _outside_bytes(model, p, inputs, loss_fn)  # the unit has no ReLU: no masks
     (left,) = (b for k, b in cost.per_key.items() if k != regen.out_key)
     assert predicted == left
-    assert abs(Counting.encoded - predicted) <= 0.01 * Counting.encoded
+    assert abs(encoded - predicted) <= 0.01 * encoded
     # the old estimate: the unit's encoded bytes scaled by the float bytes left
     enc = sum(cost.per_key.values())
     scaled = enc * (unit.float_bytes - unit.saved[regen.out_key]) / unit.float_bytes
-    assert Counting.encoded - scaled > 0.2 * Counting.encoded
-
-
-class _Outside(MarkingAccountant):
-    """Sums what the executor holds outside torch's allocator in one step: encoded
-    buffers (``hold_bytes``) and fast masks' packed bits (``mark_outside``)."""
-
-    total = 0
-
-    def mark_outside(self, nbytes: int, owner: object) -> None:
-        _Outside.total += nbytes
-        super().mark_outside(nbytes, owner)
-
-
-def _outside_bytes(model, p, inputs, loss_fn) -> int:
-    _Outside.total = 0
-    run_plan_step(model, p, inputs, loss_fn, _Outside(exclude=model_state_tensors(model)))
-    model.zero_grad(set_to_none=True)
-    return _Outside.total
+    assert encoded - scaled > 0.2 * encoded
 
 
 def test_a_compressed_units_relu6_is_held_as_its_mask(tiny):
