@@ -135,8 +135,11 @@ def test_gact_compresses_every_layer_and_steps_bits_down(service):
     n_float = sum(1 for x in prof.units if x.float_bytes > 0)
     assert loose.decisions["compress"] == n_float  # every layer, even with memory to spare
     assert set(loose.compress_share) == {"int8"} and loose.overhead_factor > 1.0
-    tight, _ = gact_plan(prof, 0.25)
-    assert tight.feasible and tight.demand_fraction <= 0.25 + 1e-9
+    # below what int8 everywhere holds (0.217 of the unplanned peak on this profile since
+    # round 25 modelled a compressed unit's ReLU6s as masks; 0.25 had been below it)
+    frac = 0.9 * loose.demand_fraction
+    tight, _ = gact_plan(prof, frac)
+    assert tight.feasible and tight.demand_fraction <= frac + 1e-9
     assert "int4" in tight.compress_share and tight.overhead_factor > 1.0
     total = sum(x.saved_bytes for x in prof.units)
     assert sum(tight.compress_share.values()) == pytest.approx(

@@ -321,9 +321,11 @@ def simulate(
             if masked:
                 mine = {k: masked[k].mask_bytes for k in saved.keys() & masked.keys()}
             if d == "compress":  # the executor masks a compressed unit's ReLU-family leaves
+                # (also where the storage is regenerated: the leaf then holds its bits, and
+                # the regeneration serves no save)
                 auto = auto_masks(profile, u)
                 if auto:
-                    auto = {k: m for k, m in auto.items() if k not in dropped and k not in mine}
+                    auto = {k: m for k, m in auto.items() if k not in mine}
                     mine.update((k, m.mask_bytes) for k, m in auto.items())
             if mine:  # a recomputed unit runs without masks (nothing of it is held)
                 # the packed bits are numpy's memory, apart from the storage (``~k``):
