@@ -151,6 +151,7 @@ class _Ctx:
             if cost.per_key:
                 for k, m in auto_masks(self.profile, u).items():
                     held += m.mask_bytes - cost.per_key.get(k, 0)
+                held -= sum(cost.per_key.get(k, 0) for k in u.auto_mask_keys)
             return held
         return u.saved_bytes - u.float_bytes  # swap
 
@@ -346,6 +347,8 @@ def simulate(
                 cost = u.codecs[codec]
                 enc = cost.held_bytes - (u.saved_bytes - u.float_bytes)
                 out = gone | mine.keys()
+                if u.auto_mask_keys:  # saved only by a leaf the executor masks
+                    out = out | u.auto_mask_keys
                 if cost.per_key:  # regenerated / masked tensors are not encoded
                     if out:
                         enc = sum(b for k, b in cost.per_key.items() if k not in out)

@@ -137,6 +137,9 @@ class UnitProfile:
     #: tensor is still encoded for that op); the candidates' masks are in
     #: :func:`.planner.auto_masks`
     auto_mask_bytes: int = 0
+    #: of those leaves' storages, the ones no other op of the unit saves: their mask
+    #: replaces the unit's encoding of them (the op that saves them too is outside)
+    auto_mask_keys: set[int] = field(default_factory=set)
     #: in-step recompute cost (:func:`_in_situ_costs`): ``rc_scale * eq. 6 + rc_fixed_s``,
     #: fitted to the measured step overheads of recomputing two groups of the model's
     #: recomputable units (the costliest ones by eq. 6 and the rest)
@@ -851,10 +854,11 @@ def _auto_mask_bytes(
     units: list[UnitProfile],
     masks: list[MaskProfile],
 ) -> None:
-    """Set each unit's :attr:`UnitProfile.auto_mask_bytes`: the packed bits of its
-    ReLU-family leaves that are not mask candidates but saved one float tensor (the
-    executor masks them when the unit is compressed; the tensor stays encoded for the
-    other op that saves it)."""
+    """Set each unit's :attr:`UnitProfile.auto_mask_bytes` and ``auto_mask_keys``: the
+    packed bits of its ReLU-family leaves that are not mask candidates but saved one
+    float tensor (the executor masks them when the unit is compressed), and those of
+    their storages that no other op of the unit saves (the unit then encodes them no
+    more; another op saving one inside the unit still has it encoded)."""
     from edgetrain.engine.budget.mask import mask_bytes
 
     candidates = {(m.name, m.call) for m in masks}
@@ -865,9 +869,12 @@ def _auto_mask_bytes(
         own = [r for r in recs if r.stack and r.stack[-1] == name and r.call == call]
         if len(own) != 1 or not own[0].tensor.is_floating_point():
             continue
+        key = own[0].key
         for u in units:
-            if own[0].key in u.saved and (u.name == "" or name.startswith(u.name + ".")):
+            if key in u.saved and (u.name == "" or name.startswith(u.name + ".")):
                 u.auto_mask_bytes += mask_bytes(own[0].tensor.numel())
+                if not any(r.key == key and r is not own[0] and u.name in r.stack for r in recs):
+                    u.auto_mask_keys.add(key)
                 break
 
 
