@@ -149,6 +149,12 @@ def tiny():
     gen = torch.Generator().manual_seed(0)
     x = models.example_input(model, batch=2, generator=gen)
     y = torch.randint(0, model.num_classes, (2,), generator=gen)
+    return (model, *_profiled(model, x, y))
+
+
+def _profiled(model: nn.Module, x: torch.Tensor, y: torch.Tensor):
+    """(inputs, loss, profile): a cross-entropy step profiled with the all-allocation
+    timeline and no timed in-situ steps."""
 
     def loss_fn(out):
         return nn.functional.cross_entropy(out, y)
@@ -157,7 +163,7 @@ def tiny():
         model, (x,), loss_fn, codecs=codecs_for("hybrid"), alloc_timeline=True,
         in_situ_steps=0, repeats=1,
     )  # fmt: skip
-    return model, (x,), loss_fn, prof
+    return (x,), loss_fn, prof
 
 
 def test_compressed_unit_beside_a_recomputed_one_is_covered_at_every_step(tiny):
@@ -533,15 +539,7 @@ def test_a_compressed_units_relus_that_are_no_mask_candidates_hold_their_bits():
     exact."""
     torch.manual_seed(0)
     model = _ReluNet()
-    x, y = torch.randn(2, 3, 32, 32), torch.tensor([0, 1])
-
-    def loss_fn(out):
-        return nn.functional.cross_entropy(out, y)
-
-    prof = profile_model(
-        model, (x,), loss_fn, codecs=codecs_for("hybrid"), alloc_timeline=True,
-        in_situ_steps=0, repeats=1,
-    )  # fmt: skip
+    inputs, loss_fn, prof = _profiled(model, torch.randn(2, 3, 32, 32), torch.tensor([0, 1]))
     a, b = prof.unit("a"), prof.unit("b")
     assert not prof.masks
     assert a.auto_mask_bytes == 2 * 8 * 32 * 32 // 8 and len(a.auto_mask_keys) == 1
@@ -552,6 +550,6 @@ def test_a_compressed_units_relus_that_are_no_mask_candidates_hold_their_bits():
         pred = simulate_all(prof, states)
         outside = pred - simulate_all(torch_visible(prof), states)
         predicted = int(outside[u.step] - (outside[u.step - 1] if u.step else 0))
-        measured = _outside_bytes(model, p, (x,), loss_fn)
+        measured = _outside_bytes(model, p, inputs, loss_fn)
         assert abs(measured - predicted) <= 0.01 * measured, (u.name, measured, predicted)
-        assert step_alloc_peak(model, p, (x,), loss_fn)[0] <= pred.max(), u.name
+        assert step_alloc_peak(model, p, inputs, loss_fn)[0] <= pred.max(), u.name
