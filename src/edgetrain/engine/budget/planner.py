@@ -230,6 +230,20 @@ def auto_masks(profile: ModelProfile, u: UnitProfile) -> dict[int, MaskProfile]:
     return cache.get(u.index, {})
 
 
+def fine_owners(profile: ModelProfile) -> dict[str, str]:
+    """Per fine decision (mask, regeneration, leaf recomputation; by state key), the unit
+    it lies in: a recomputed unit voids its fine choices.  Cached on the profile."""
+    cache = profile.__dict__.get("_fine_owners")
+    if cache is None:
+        cache = {}
+        for f in [*profile.masks, *profile.regens, *profile.leaf_recomputes]:
+            for u in profile.units:
+                if u.name == "" or f.name == u.name or f.name.startswith(u.name + "."):
+                    cache[f.state_key] = u.name
+        profile.__dict__["_fine_owners"] = cache
+    return cache
+
+
 def chain_owners(profile: ModelProfile) -> dict[str, str]:
     """Per regeneration through several leaves (state key), the unit it lies in.  Inside
     a compressed or swapped unit such a chain regenerates nothing: its head's input is
@@ -239,12 +253,12 @@ def chain_owners(profile: ModelProfile) -> dict[str, str]:
     profile."""
     cache = profile.__dict__.get("_chain_owners")
     if cache is None:
-        cache = {}
-        for r in profile.regens:
-            if len(r.chain) > 1:
-                for u in profile.units:
-                    if u.name == "" or r.name == u.name or r.name.startswith(u.name + "."):
-                        cache[r.state_key] = u.name
+        owners = fine_owners(profile)
+        cache = {
+            r.state_key: owners[r.state_key]
+            for r in profile.regens
+            if len(r.chain) > 1 and r.state_key in owners
+        }
         profile.__dict__["_chain_owners"] = cache
     return cache
 
@@ -590,11 +604,7 @@ def _greedy(
     evictable += [f for f in masks + regens + lrs if getattr(f, "call", 0) == 0]
     fine: list[Fine] = [*masks, *regens, *lrs]
     # the unit each fine candidate lives in (a recomputed unit voids its fine choices)
-    owner: dict[str, str] = {}
-    for f in fine:
-        for u in profile.units:
-            if u.name == "" or f.name == u.name or f.name.startswith(u.name + "."):
-                owner[f.state_key] = u.name
+    owner = fine_owners(profile)
 
     chains = chain_owners(profile)
 

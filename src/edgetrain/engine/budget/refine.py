@@ -47,6 +47,7 @@ class _Space:
             REGEN_METHODS,
             _rivals,
             chain_owners,
+            fine_owners,
         )
 
         self.profile = profile
@@ -68,11 +69,10 @@ class _Space:
             regens = [r for r in regens if r.chain or r.in_key not in mkeys]
         self.fine = [*masks, *regens, *lrs]
         self.rivals: dict[str, list[str]] = _rivals(self.fine)
-        self.owner: dict[str, str] = {}
-        for f in self.fine:
-            for u in profile.units:
-                if u.name == "" or f.name == u.name or f.name.startswith(u.name + "."):
-                    self.owner[f.state_key] = u.name
+        owners = fine_owners(profile)
+        self.owner: dict[str, str] = {
+            f.state_key: owners[f.state_key] for f in self.fine if f.state_key in owners
+        }
         self.chains = chain_owners(profile)
         self.inside: dict[str, list[str]] = {}
         for k, o in self.owner.items():
