@@ -81,6 +81,7 @@ import contextlib
 import copy
 import gc
 import json
+import resource
 import statistics
 import sys
 import tempfile
@@ -102,6 +103,8 @@ from edgetrain.engine.budget.accountant import (  # noqa: F401  (alloc_peak_byte
     alloc_peak_bytes,
     model_state_tensors,
     peak_rss_bytes,
+    release_heap,
+    retain_heap,
 )
 from edgetrain.engine.budget.accountant import step_alloc_peak as _step_alloc_peak
 from edgetrain.engine.budget.autotune import autotune
@@ -367,7 +370,8 @@ def _interleaved(model, entries, inputs, loss_fn, repeats, seed=0, order_seed=0)
     (``thread``) and wall time (``wall``).
     """
     state = copy.deepcopy(model.state_dict())
-    out = {k: {"times": [], "thread": [], "wall": [], "peak": 0, "grads": None} for k in entries}
+    out = {k: {"times": [], "thread": [], "wall": [], "minflt": [], "peak": 0, "grads": None}
+           for k in entries}  # fmt: skip
     warm_compiles = {}
     for r in range(repeats + 1):  # r == 0: warm-up (and compilation), not timed
         if r == 1:
@@ -379,6 +383,7 @@ def _interleaved(model, entries, inputs, loss_fn, repeats, seed=0, order_seed=0)
             acc = MemoryAccountant(exclude=model_state_tensors(model))
             torch.manual_seed(seed)
             io_s = 0.0
+            flt0 = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
             if entry is BARE:  # plain PyTorch: no executor, no hooks, nothing measured
                 c0, h0, t0 = time.process_time(), time.thread_time(), time.perf_counter()
                 loss_fn(model(*inputs)).backward()
@@ -405,6 +410,9 @@ def _interleaved(model, entries, inputs, loss_fn, repeats, seed=0, order_seed=0)
             rec = out[name]
             rec["peak"] = max(rec["peak"], acc.peak)
             if r > 0:
+                # minor page faults of the step (and its setup): a step whose peak the
+                # heap does not cover pays the kernel's zeroed pages in system time
+                rec["minflt"].append(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - flt0)
                 rec["times"].append(c1 - c0 + io_s)
                 rec["thread"].append(h1 - h0 + io_s)
                 rec["wall"].append(t1 - t0 + io_s)
@@ -450,7 +458,7 @@ def _round_ratios(model, entries, inputs, loss_fn, repeats, rounds):
                   "step_vs_none": [], "step_vs_recompute": [], "vs_mincut": [],
                   "step_vs_mincut": [], "vs_mincut_matched": [], "step_vs_mincut_matched": [],
                   "vs_ckpt_all": [], "step_vs_ckpt_all": [], "overhead_s": [],
-                  "vs_hybrid": [], "step_vs_hybrid": []}
+                  "vs_hybrid": [], "step_vs_hybrid": [], "minflt": []}
               for k in entries}  # fmt: skip
     peaks = dict.fromkeys(entries, 0)
     recompiles = dict.fromkeys(entries, 0)
@@ -466,6 +474,7 @@ def _round_ratios(model, entries, inputs, loss_fn, repeats, rounds):
             ratios[k]["wall"].append(med[k]["wall"] / med["none"]["wall"])
             # seconds of process CPU time this entry adds to the unplanned step (this round)
             ratios[k]["overhead_s"].append(med[k]["times"] - med["none"]["times"])
+            ratios[k]["minflt"] += r["minflt"]
             if k in ("mincut", "mincut-matched") and "mincut-free" in res:
                 ratios[k]["vs_free"].append(med[k]["times"] / med["mincut-free"]["times"])
             # per repeat: step j of every entry ran within the same repeat (seconds apart)
@@ -512,7 +521,7 @@ def bench_model(name, batch, budgets, repeats, mincut, log, rounds=1, rounds_at=
                 methods=METHODS, rows_path=None, tune=False, ckpt_all=True,
                 aa=False, profile_index=None, mincut_matched=False, match_steps=3,
                 by_kind=False, scope="saved", exact_entry=False,
-                refined_entry=False):  # fmt: skip
+                refined_entry=False, release=True):  # fmt: skip
     """Measure every budget; ``rows_path`` (JSON lines) gets each budget's rows as soon as
     they are measured, so a run that dies later (e.g. out of memory) keeps them.
 
@@ -568,6 +577,13 @@ def bench_model(name, batch, budgets, repeats, mincut, log, rounds=1, rounds_at=
     codecs = {**codecs_for("hybrid"), **codecs_for("compress")}
     prof = profile_model(model, inputs, loss_fn, codecs=codecs, alloc_timeline=scope == "all")
     log(f"[{name} b{batch}] profiled {len(prof.units)} units in {time.perf_counter() - t0:.1f}s")
+    released = release_heap() if release else 0
+    if release:
+        retained = retain_heap()
+        log(
+            f"[{name} b{batch}] released {released / 2**20:.0f} MiB of the profiler's heap; "
+            + ("freed memory is kept from now on" if retained else "no glibc: heap as it is")
+        )
     base = none_plan(prof)
     unplanned = measure_steps(model, {"none": base}, inputs, loss_fn, repeats=0)["none"]["peak"]
     ckpt = _CkptAll([u.name for u in prof.units])
@@ -716,6 +732,10 @@ def bench_model(name, batch, budgets, repeats, mincut, log, rounds=1, rounds_at=
                     steps_vs_none=paired_summary(rr["step_vs_none"]).to_json(),
                 )
                 row["overhead_s"] = statistics.median(rr["overhead_s"])
+                # minor page faults per timed step (median): where the heap the step
+                # starts from does not cover its peak (e.g. unplanned after a plan)
+                row["minflt"] = statistics.median(rr["minflt"])
+                row["none_minflt"] = statistics.median(ratios["none"]["minflt"])
                 if m in alloc:
                     row.update(alloc_peak_bytes=alloc[m][0],
                                alloc_peak_over_budget=alloc[m][0] / budget,
@@ -794,6 +814,8 @@ def bench_model(name, batch, budgets, repeats, mincut, log, rounds=1, rounds_at=
                         predicted_by_kind=_by_kind(p, {u.name for u in prof.units}),
                         # the profile's in-step recompute factor (eq. 6 x rc_scale)
                         rc_scale=prof.units[0].rc_scale if prof.units else 1.0,
+                        # and its in-step factor per kind of regeneration
+                        regen_scale={r.kind: r.scale for r in prof.regens},
                     )
                     if scope == "all":
                         row.update(predicted_alloc_peak=p.predicted_peak_bytes,
@@ -842,7 +864,7 @@ def bench_model(name, batch, budgets, repeats, mincut, log, rounds=1, rounds_at=
     return {"model": name, "batch": batch, "unplanned_peak_bytes": unplanned, "rows": rows,
             "budget_scope": scope,
             "min_feasible_frac": {m: v / unplanned for m, v in mins.items()},
-            "peak_rss_bytes": peak_rss_bytes()}  # fmt: skip
+            "peak_rss_bytes": peak_rss_bytes(), "heap_released_bytes": released}  # fmt: skip
 
 
 #: the baselines hybrid must beat at a budget: the other planners, checkpointing every
@@ -1229,6 +1251,13 @@ def main(argv=None) -> int:
         "timed in the same rounds, where hybrid's plan compresses a unit",
     )
     ap.add_argument(
+        "--keep-heap",
+        action="store_true",
+        help="time in the heap the profiler left, under glibc's dynamic thresholds (rounds "
+        "<= 25); by default it is given back to the system first and freed memory is kept "
+        "from then on (accountant.release_heap, retain_heap), so no timed step faults pages",
+    )
+    ap.add_argument(
         "--refined-entry",
         action="store_true",
         help="add hybrid-refined (the local search on, refine=True) and hybrid-greedy "
@@ -1318,7 +1347,7 @@ def main(argv=None) -> int:
                 ckpt_all=not args.no_ckpt_all, aa=args.aa, profile_index=args.profile_index,
                 mincut_matched=args.mincut_matched, match_steps=args.match_steps,
                 by_kind=args.by_kind, scope=args.scope, exact_entry=args.exact_entry,
-                refined_entry=args.refined_entry,
+                refined_entry=args.refined_entry, release=not args.keep_heap,
             )  # fmt: skip
         res["png"] = str(plot(res, out))
         log(f"  plot: {res['png']}")

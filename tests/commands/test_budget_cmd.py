@@ -37,6 +37,9 @@ def test_budget_json_fields(capsys, tmp_path):
     assert sum(row["decisions"].values()) == row["units"]
     assert row["decisions"]["keep"] < row["units"]
     assert json.loads(plan_path.read_text())["version"] == 3
+    # per timed step, median, for each plan timed: the unplanned step and the method's
+    assert set(row["page_faults"]) == {"none", "hybrid"}
+    assert all(isinstance(v, int | float) and v >= 0 for v in row["page_faults"].values())
 
 
 def test_budget_recompute_is_exact_and_table_output(capsys):

@@ -136,6 +136,9 @@ def register(app: typer.Typer) -> None:
             "unplanned_alloc_peak_bytes": rep.unplanned_alloc_peak_bytes,
             # the check of the scope: measured (saved or all-allocation) peak <= budget
             "within_budget": rep.within_budget,
+            # minor page faults per timed step, median per plan (0: no step paid the
+            # kernel's fresh pages; the runner keeps freed memory in the process)
+            "page_faults": rep.extra.get("page_faults"),
         }
         if profile_path is not None:
             # reused: read from the file (no op was timed again); profile_s: reading or

@@ -35,6 +35,8 @@ def test_budget_overhead_benchmark_quick(capsys, tmp_path):
     methods = {"recompute", "hybrid", "ckpt-all", "mincut", "mincut-free"}
     assert {m for b, m in rows if b is not None} == methods
     assert set(model["min_feasible_frac"]) == {"recompute", "hybrid"}
+    # the profiler's heap was given back before timing (glibc: a positive byte count)
+    assert model["heap_released_bytes"] >= 0
     for (budget, method), r in rows.items():
         if budget is None or not r.get("feasible"):
             continue
@@ -42,6 +44,8 @@ def test_budget_overhead_benchmark_quick(capsys, tmp_path):
         # the ratio is the median over rounds
         assert len(r["round_ratios"]) == 2, (budget, method)
         assert min(r["round_ratios"]) <= r["ratio"] <= max(r["round_ratios"])
+        # page faults per timed step, this entry's and the unplanned step's (medians)
+        assert r["minflt"] >= 0 and r["none_minflt"] >= 0
         if method in ("recompute", "hybrid"):
             assert r["within_budget"]
         if method == "recompute":

@@ -34,6 +34,82 @@ def peak_rss_bytes() -> int:
     return int(rss if sys.platform == "darwin" else rss * 1024)
 
 
+def rss_bytes() -> int:
+    """Resident set size of this process now (Linux ``/proc/self/statm``; 0 elsewhere)."""
+    try:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * resource.getpagesize()
+    except (OSError, IndexError, ValueError):
+        return 0
+
+
+def release_heap() -> int:
+    """Return the memory freed since start-up to the system: ``gc.collect()``, then glibc's
+    ``malloc_trim(0)`` where the C library has it (a no-op elsewhere).  Bytes of RSS
+    released (0 where RSS cannot be read).
+
+    Profiling leaves glibc's heap large and fragmented: on MobileNetV2 b32 the process
+    held 1.51 GB after ``profile_model`` and 0.31 GB after a trim.  In that heap the
+    unplanned step faulted no pages, where a process that read its profile from a file
+    faulted 7-37 k pages (18-32 ms of system time) in every unplanned step; so the
+    ratio to the unplanned step depended on whether the profile was measured in the
+    same process.  Called between profiling and timing, with :func:`retain_heap` after
+    it (docs/results/budget.md, round 26)."""
+    import ctypes
+    import ctypes.util
+    import gc
+
+    gc.collect()
+    before = rss_bytes()
+    name = ctypes.util.find_library("c")
+    if name is not None:
+        try:
+            trim = ctypes.CDLL(name).malloc_trim
+        except (OSError, AttributeError):
+            trim = None
+        if trim is not None:
+            trim.argtypes = [ctypes.c_size_t]
+            trim(0)
+    return max(before - rss_bytes(), 0)
+
+
+#: glibc's ``mallopt`` parameters (malloc.h) and the largest mmap threshold it accepts
+#: on 64-bit (``DEFAULT_MMAP_THRESHOLD_MAX``, 32 MiB)
+_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD, _MMAP_THRESHOLD_MAX = -1, -3, 32 * 2**20
+
+
+def retain_heap() -> bool:
+    """Keep freed memory in the process from now on (glibc: ``mallopt`` with trimming
+    off and the mmap threshold fixed at its 32 MiB maximum), so that once a step has
+    run, the next step of any plan reuses its pages instead of faulting fresh ones in.
+    True where it took effect (glibc), False elsewhere (a no-op).
+
+    Under glibc's default, dynamic thresholds whether a step faults depends on the heap
+    the steps before it left: on MobileNetV2 b32 the unplanned step faulted 7-37 k pages
+    every step in a run of unplanned steps and between plan steps (18-32 ms of system
+    time, 5-8 % of the step), and none in a heap that profiling or a larger step had
+    grown, while plan steps, whose peak the heap covered, never faulted.  So a step-time
+    ratio against the unplanned step moved by that much with what ran before it.  With
+    the heap retained no timed step faults after its warm-up, in any order (tensors over
+    32 MiB are still mapped and unmapped per allocation by glibc), and the ratio is the
+    plan's compute alone; a caching allocator (jemalloc's retained extents, PyTorch's
+    CUDA caching allocator) behaves the same way.  The setting stays for the rest of the process; the peak RSS is still the largest
+    step's, since freed pages are reused, not added to."""
+    import ctypes
+    import ctypes.util
+
+    name = ctypes.util.find_library("c")
+    if name is None:
+        return False
+    try:
+        mallopt = ctypes.CDLL(name).mallopt
+    except (OSError, AttributeError):
+        return False
+    mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
+    ok = mallopt(_M_MMAP_THRESHOLD, _MMAP_THRESHOLD_MAX) == 1
+    return mallopt(_M_TRIM_THRESHOLD, 2**31 - 1) == 1 and ok
+
+
 def model_state_tensors(model: torch.nn.Module) -> list[torch.Tensor]:
     """Parameters and buffers: persistent state, not counted as saved activations."""
     return list(model.parameters()) + list(model.buffers())

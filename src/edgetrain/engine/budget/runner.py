@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import copy
 import re
+import resource
 import statistics
 import time
 from collections.abc import Callable, Sequence
@@ -26,6 +27,8 @@ from edgetrain.engine.budget.accountant import (
     MemoryAccountant,
     model_state_tensors,
     peak_rss_bytes,
+    release_heap,
+    retain_heap,
     step_alloc_peak,
 )
 from edgetrain.engine.budget.executor import PlanExecutor
@@ -163,7 +166,8 @@ def measure_steps(
     """
     state = copy.deepcopy(model.state_dict())
     out: dict[str, dict[str, Any]] = {
-        k: {"times": [], "wall": [], "peak": 0, "grads": None, "loss": None} for k in plans
+        k: {"times": [], "wall": [], "minflt": [], "peak": 0, "grads": None, "loss": None}
+        for k in plans
     }
     for r in range(repeats + 1):  # first round is a warm-up (timing discarded)
         # a fresh seeded order every repeat (:func:`step_order`): no plan always runs
@@ -175,13 +179,16 @@ def measure_steps(
             acc = MemoryAccountant(exclude=model_state_tensors(model))
             torch.manual_seed(seed)
             with PlanExecutor(model, p, accountant=acc) as ex:
+                flt = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
                 c0, t0 = time.process_time(), time.perf_counter()
                 loss = ex.step(inputs, loss_fn)
                 cpu, wall = time.process_time() - c0, time.perf_counter() - t0
                 cpu, wall = cpu + ex.simulated_io_s, wall + ex.simulated_io_s
+                flt = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - flt
             rec = out[name]
             rec["peak"] = max(rec["peak"], acc.peak)
             if r > 0:
+                rec["minflt"].append(flt)
                 rec["times"].append(cpu)
                 rec["wall"].append(wall)
             if rec["grads"] is None:
@@ -244,6 +251,11 @@ def run_budget(
         profile = profile_model(
             model, inputs, loss_fn, codecs=codecs_for(method), alloc_timeline=scope == "all"
         )
+    # the timed steps start from the heap a training run has, not the one profiling left,
+    # and keep what they free, so no timed step pays page faults that depend on what ran
+    # before it (:func:`~edgetrain.engine.budget.accountant.release_heap`, ``retain_heap``)
+    release_heap()
+    retain_heap()
     base = none_plan(profile)
     first = measure_steps(model, {"none": base}, inputs, loss_fn, repeats=0, seed=seed)
     unplanned = first["none"]["peak"]
@@ -271,6 +283,9 @@ def run_budget(
     if scope == "all":
         measured_all = step_alloc_peak(model, p, inputs, loss_fn, seed=seed)[0]
         predicted_saved = p.meta.get("predicted_saved_peak_bytes", predicted_saved)
+    if repeats:
+        # minor page faults per timed step (median): 0 once the heap is retained
+        extra["page_faults"] = {k: statistics.median(r["minflt"]) for k, r in res.items()}
     none_s = statistics.median(res["none"]["times"]) if repeats else float("nan")
     plan_s = statistics.median(res[method]["times"]) if repeats else float("nan")
     return BudgetReport(
