@@ -81,7 +81,6 @@ import contextlib
 import copy
 import gc
 import json
-import resource
 import statistics
 import sys
 import tempfile
@@ -101,10 +100,10 @@ from edgetrain.engine.budget import (
 )
 from edgetrain.engine.budget.accountant import (  # noqa: F401  (alloc_peak_bytes: API)
     alloc_peak_bytes,
+    minor_faults,
     model_state_tensors,
     peak_rss_bytes,
-    release_heap,
-    retain_heap,
+    settle_heap,
 )
 from edgetrain.engine.budget.accountant import step_alloc_peak as _step_alloc_peak
 from edgetrain.engine.budget.autotune import autotune
@@ -383,7 +382,7 @@ def _interleaved(model, entries, inputs, loss_fn, repeats, seed=0, order_seed=0)
             acc = MemoryAccountant(exclude=model_state_tensors(model))
             torch.manual_seed(seed)
             io_s = 0.0
-            flt0 = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+            flt0 = minor_faults()
             if entry is BARE:  # plain PyTorch: no executor, no hooks, nothing measured
                 c0, h0, t0 = time.process_time(), time.thread_time(), time.perf_counter()
                 loss_fn(model(*inputs)).backward()
@@ -412,7 +411,7 @@ def _interleaved(model, entries, inputs, loss_fn, repeats, seed=0, order_seed=0)
             if r > 0:
                 # minor page faults of the step (and its setup): a step whose peak the
                 # heap does not cover pays the kernel's zeroed pages in system time
-                rec["minflt"].append(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - flt0)
+                rec["minflt"].append(minor_faults() - flt0)
                 rec["times"].append(c1 - c0 + io_s)
                 rec["thread"].append(h1 - h0 + io_s)
                 rec["wall"].append(t1 - t0 + io_s)
@@ -577,9 +576,9 @@ def bench_model(name, batch, budgets, repeats, mincut, log, rounds=1, rounds_at=
     codecs = {**codecs_for("hybrid"), **codecs_for("compress")}
     prof = profile_model(model, inputs, loss_fn, codecs=codecs, alloc_timeline=scope == "all")
     log(f"[{name} b{batch}] profiled {len(prof.units)} units in {time.perf_counter() - t0:.1f}s")
-    released = release_heap() if release else 0
+    released = 0
     if release:
-        retained = retain_heap()
+        released, retained = settle_heap()
         log(
             f"[{name} b{batch}] released {released / 2**20:.0f} MiB of the profiler's heap; "
             + ("freed memory is kept from now on" if retained else "no glibc: heap as it is")
@@ -1255,7 +1254,7 @@ def main(argv=None) -> int:
         action="store_true",
         help="time in the heap the profiler left, under glibc's dynamic thresholds (rounds "
         "<= 25); by default it is given back to the system first and freed memory is kept "
-        "from then on (accountant.release_heap, retain_heap), so no timed step faults pages",
+        "from then on (accountant.settle_heap), so no timed step faults pages",
     )
     ap.add_argument(
         "--refined-entry",

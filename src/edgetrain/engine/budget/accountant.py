@@ -13,11 +13,16 @@ before and after the step and are not activations).  Process peak RSS comes from
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
+import functools
+import gc
 import resource
 import sys
 import weakref
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
+from typing import Any
 
 import torch
 
@@ -43,6 +48,32 @@ def rss_bytes() -> int:
         return 0
 
 
+def minor_faults() -> int:
+    """Minor page faults of this process so far (``getrusage``): a step's difference is
+    the fresh pages it had the kernel map and zero."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+
+
+@functools.cache
+def _glibc(symbol: str) -> Any:
+    """``symbol`` of the C library as a ctypes function, or None where there is none
+    (not glibc: ``malloc_trim`` and ``mallopt`` are glibc's)."""
+    name = ctypes.util.find_library("c")
+    if name is None:
+        return None
+    try:
+        return getattr(ctypes.CDLL(name), symbol)
+    except (OSError, AttributeError):
+        return None
+
+
+def settle_heap() -> tuple[int, bool]:
+    """What a measurement does between profiling and timing: :func:`release_heap`, then
+    :func:`retain_heap`.  (bytes released, whether the heap is now retained)."""
+    released = release_heap()
+    return released, retain_heap()
+
+
 def release_heap() -> int:
     """Return the memory freed since start-up to the system: ``gc.collect()``, then glibc's
     ``malloc_trim(0)`` where the C library has it (a no-op elsewhere).  Bytes of RSS
@@ -54,22 +85,13 @@ def release_heap() -> int:
     faulted 7-37 k pages (18-32 ms of system time) in every unplanned step; so the
     ratio to the unplanned step depended on whether the profile was measured in the
     same process.  Called between profiling and timing, with :func:`retain_heap` after
-    it (docs/results/budget.md, round 26)."""
-    import ctypes
-    import ctypes.util
-    import gc
-
+    it (:func:`settle_heap`; docs/results/budget.md, round 26)."""
     gc.collect()
     before = rss_bytes()
-    name = ctypes.util.find_library("c")
-    if name is not None:
-        try:
-            trim = ctypes.CDLL(name).malloc_trim
-        except (OSError, AttributeError):
-            trim = None
-        if trim is not None:
-            trim.argtypes = [ctypes.c_size_t]
-            trim(0)
+    trim = _glibc("malloc_trim")
+    if trim is not None:
+        trim.argtypes = [ctypes.c_size_t]
+        trim(0)
     return max(before - rss_bytes(), 0)
 
 
@@ -98,15 +120,8 @@ def retain_heap() -> bool:
     caching allocator) behaves the same way.  The setting stays for the rest of the
     process; the peak RSS is still the largest step's, since freed pages are reused, not
     added to."""
-    import ctypes
-    import ctypes.util
-
-    name = ctypes.util.find_library("c")
-    if name is None:
-        return False
-    try:
-        mallopt = ctypes.CDLL(name).mallopt
-    except (OSError, AttributeError):
+    mallopt = _glibc("mallopt")
+    if mallopt is None:
         return False
     mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
     ok = mallopt(_M_MMAP_THRESHOLD, _MMAP_THRESHOLD_MAX) == 1

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import copy
 import re
-import resource
 import statistics
 import time
 from collections.abc import Callable, Sequence
@@ -25,10 +24,10 @@ from torch import nn
 from edgetrain.compress import make_codec
 from edgetrain.engine.budget.accountant import (
     MemoryAccountant,
+    minor_faults,
     model_state_tensors,
     peak_rss_bytes,
-    release_heap,
-    retain_heap,
+    settle_heap,
     step_alloc_peak,
 )
 from edgetrain.engine.budget.executor import PlanExecutor
@@ -179,12 +178,12 @@ def measure_steps(
             acc = MemoryAccountant(exclude=model_state_tensors(model))
             torch.manual_seed(seed)
             with PlanExecutor(model, p, accountant=acc) as ex:
-                flt = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+                flt = minor_faults()
                 c0, t0 = time.process_time(), time.perf_counter()
                 loss = ex.step(inputs, loss_fn)
                 cpu, wall = time.process_time() - c0, time.perf_counter() - t0
                 cpu, wall = cpu + ex.simulated_io_s, wall + ex.simulated_io_s
-                flt = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - flt
+                flt = minor_faults() - flt
             rec = out[name]
             rec["peak"] = max(rec["peak"], acc.peak)
             if r > 0:
@@ -253,9 +252,8 @@ def run_budget(
         )
     # the timed steps start from the heap a training run has, not the one profiling left,
     # and keep what they free, so no timed step pays page faults that depend on what ran
-    # before it (:func:`~edgetrain.engine.budget.accountant.release_heap`, ``retain_heap``)
-    release_heap()
-    retain_heap()
+    # before it (:func:`~edgetrain.engine.budget.accountant.settle_heap`)
+    settle_heap()
     base = none_plan(profile)
     first = measure_steps(model, {"none": base}, inputs, loss_fn, repeats=0, seed=seed)
     unplanned = first["none"]["peak"]
