@@ -244,7 +244,7 @@ def test_plan_json_roundtrip_and_version(setup, tmp_path):
     q = ExecutionPlan.load(tmp_path / "plan.json")
     assert q == p and q.decision_counts() == p.decision_counts()
     d = json.loads((tmp_path / "plan.json").read_text())
-    assert d["version"] == 3 and d["method"] == "hybrid"
+    assert d["version"] == 4 and d["method"] == "hybrid"
     d["version"] = 99
     with pytest.raises(ConfigError, match="version"):
         ExecutionPlan.from_json(d)

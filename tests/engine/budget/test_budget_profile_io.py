@@ -129,7 +129,9 @@ def test_a_mismatched_fingerprint_names_every_field_and_keeps_the_file(measured,
         (json.dumps({"format": PROFILE_FORMAT, "version": PROFILE_VERSION, "fingerprint": {}}),
          "malformed model profile"),
         (json.dumps({"format": PROFILE_FORMAT, "version": 1, "fingerprint": {}}),
-         "version 1; this edgetrain reads version 2"),
+         "version 1; this edgetrain reads version 3"),
+        (json.dumps({"format": PROFILE_FORMAT, "version": 2, "fingerprint": {}}),
+         "version 2; this edgetrain reads version 3"),
     ],
 )  # fmt: skip
 def test_a_corrupt_file_is_one_clear_error(tmp_path, text, match):

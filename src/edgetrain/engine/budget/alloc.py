@@ -352,6 +352,9 @@ def plan_states(profile: Any, plan: Any) -> dict[str, tuple[str, str | None]]:
     for m in profile.masks:
         if (m.name, "mask", ()) in chosen:
             states[m.state_key] = ("mask", None)
+    for m in profile.aliases:  # the planner's state of an alias is "mask" too
+        if (m.name, "alias", ()) in chosen:
+            states[m.state_key] = ("mask", None)
     for x in profile.leaf_recomputes:
         if (x.name, "recompute", ()) in chosen:
             states[x.state_key] = ("recompute", None)

@@ -53,6 +53,7 @@ Each planned unit's ``forward`` is wrapped (an instance attribute, removed on ex
 
 from __future__ import annotations
 
+import math
 import shutil
 import tempfile
 import weakref
@@ -68,6 +69,7 @@ from edgetrain.compress.base import Codec
 from edgetrain.engine.budget.accountant import MemoryAccountant, model_state_tensors, storage_key
 from edgetrain.engine.budget.mask import (
     PackedMask,
+    alias_call,
     decode_mask,
     encode_mask,
     fast_maskable,
@@ -258,6 +260,12 @@ class PlanExecutor:
         # of float32, below the codec's size) unless the plan already masks it.
         masked = {u.name for u in self.plan.units if u.decision == "mask"}
         auto: dict[str, UnitDecision] = {}
+        # an alias inside a compressed / swapped unit: the unit's encoding or storage
+        # would hold the output it saves (a lossy codec breaks the predicate), so the
+        # leaf gets the exact 1-bit mask there instead (the planner models it so)
+        for u in self.plan.units:
+            if u.decision == "alias" and _inside(u.name, not_kept):
+                auto[u.name] = UnitDecision(u.name, "mask")
         for u in self.plan.units:
             if u.decision == "compress" and u.name in names:
                 for n, leaf in names[u.name].named_modules(prefix=u.name):
@@ -271,7 +279,7 @@ class PlanExecutor:
         }
         order = sorted(
             once.values(),
-            key=lambda u: {"regen": 2, "mask": 1}.get(u.decision, 0),
+            key=lambda u: {"regen": 2, "mask": 1, "alias": 1}.get(u.decision, 0),
         )
         for u in order:
             if u.decision == "keep":
@@ -283,6 +291,17 @@ class PlanExecutor:
                         f"the plan was made for a different model"
                     )
             mod = names[u.name]
+            if u.decision == "alias":
+                if in_recomputed(u.name) or u.name in auto:
+                    continue  # nothing of it is held / masked instead (above)
+                rng = mask_range(mod)
+                if rng is None or MASKABLE[type(mod)] != "input" or not math.isfinite(rng[1]):
+                    raise ConfigError(
+                        f"plan aliases {u.name!r} ({type(mod).__name__}); only Hardtanh-"
+                        "family leaves (ReLU6, Hardtanh) can save their output instead"
+                    )
+                self._install(mod, self._wrap_alias(mod, *rng))
+                continue
             if u.decision in ("regen", "mask"):
                 if u.decision == "mask":
                     if in_recomputed(u.name):
@@ -399,6 +418,25 @@ class PlanExecutor:
                 stats = batchnorm_stats(mod, out) if affine else None
                 self._heads[id(mod)] = (weakref.ref(x), storage_key(out)[0], out._version, stats)
             return out
+
+        return run
+
+    def _wrap_alias(self, mod: nn.Module, lo: float, hi: float) -> Callable:
+        """The leaf's forward as :func:`.mask.alias_call` (it saves its output, through
+        the active hooks, so the accountant counts the shared storage once)."""
+        inner = vars(mod).get("forward", type(mod).forward.__get__(mod))
+
+        def run(x, *a, **k):
+            if (
+                a
+                or k
+                or not torch.is_grad_enabled()
+                or not isinstance(x, torch.Tensor)
+                or not x.requires_grad
+                or not x.is_floating_point()
+            ):
+                return inner(x, *a, **k)
+            return alias_call(x, lo, hi)
 
         return run
 

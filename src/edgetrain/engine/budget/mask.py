@@ -144,3 +144,38 @@ def masked_call(
     memory, outside torch's allocator) and the array that owns them
     (``MemoryAccountant.mark_outside``)."""
     return _MaskedOp.apply(x, fn, lo, hi, on_output, held)
+
+
+# -- alias: a Hardtanh-family op that saves its output instead of its input ----------------
+class _AliasOp(torch.autograd.Function):
+    """``hardtanh(x, lo, hi)`` saving its output for backward.
+
+    ``hardtanh_backward`` reads its saved tensor only through ``lo < v < hi``, and for
+    ``y = clamp(x, lo, hi)`` that predicate holds exactly where it holds for ``x``
+    (a clamped element equals ``lo`` or ``hi``, outside the open interval; NaN stays
+    NaN), so the gradient is bit-identical.  The output is usually saved by the next
+    op anyway (a convolution's input), so the input's storage is freed after the
+    forward for nothing -- what PyTorch's in-place ``ReLU6`` does by saving its result.
+    The save goes through the active saved-tensor hooks (the executor counts the shared
+    storage once)."""
+
+    @staticmethod
+    def forward(ctx, x, lo, hi):  # type: ignore[override]
+        y = torch.nn.functional.hardtanh(x, lo, hi)
+        ctx.lo, ctx.hi = lo, hi
+        ctx.save_for_backward(y)
+        return y
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, g):  # type: ignore[override]
+        (y,) = ctx.saved_tensors
+        return torch.ops.aten.hardtanh_backward(g, y, ctx.lo, ctx.hi), None, None
+
+
+def alias_call(x: torch.Tensor, lo: float, hi: float) -> torch.Tensor:
+    """``hardtanh(x, lo, hi)`` (ReLU6: ``lo, hi = 0, 6``) whose backward reads its output
+    (:class:`_AliasOp`); a finite ``hi`` only (the Hardtanh family)."""
+    if not math.isfinite(hi):
+        raise ValueError(f"alias_call is for the Hardtanh family (finite hi); got hi={hi}")
+    return _AliasOp.apply(x, float(lo), float(hi))

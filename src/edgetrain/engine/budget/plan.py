@@ -9,10 +9,11 @@ from typing import Any
 
 from edgetrain.errors import ConfigError
 
-# 2 adds the "regen" decision; 3 adds "mask" and chained regen; older plans are still read
-PLAN_VERSION = 3
-READABLE_VERSIONS = (1, 2, 3)
-DECISIONS = ("keep", "recompute", "compress", "swap", "regen", "mask")
+# 2 adds the "regen" decision; 3 adds "mask" and chained regen; 4 adds "alias"; older
+# plans are still read
+PLAN_VERSION = 4
+READABLE_VERSIONS = (1, 2, 3, 4)
+DECISIONS = ("keep", "recompute", "compress", "swap", "regen", "mask", "alias")
 
 
 @dataclass
@@ -21,7 +22,9 @@ class UnitDecision:
     # one of DECISIONS; "regen": consumers of this leaf's output drop their copy and
     # regenerate it from the leaf's own saved input in backward (or, with ``chain``,
     # from the chain head's saved input through every leaf of the chain); "mask": the
-    # ReLU-family leaf holds its saved tensor as an exact 1-bit range mask
+    # ReLU-family leaf holds its saved tensor as an exact 1-bit range mask; "alias": the
+    # Hardtanh-family leaf saves its output (which the next op saves anyway) instead of
+    # its input, exact (inside a compressed or swapped unit: the 1-bit mask)
     decision: str
     codec: str | None = None  # for "compress": mix | int8 | int4
     saved_bytes: int = 0  # bytes the unit saves when kept

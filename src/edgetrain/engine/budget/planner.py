@@ -64,6 +64,7 @@ import numpy as np
 
 from edgetrain.engine.budget.plan import ExecutionPlan, UnitDecision
 from edgetrain.engine.budget.profile import (
+    AliasProfile,
     LeafRecomputeProfile,
     MaskProfile,
     ModelProfile,
@@ -121,7 +122,7 @@ class _Ctx:
         if not self.states:
             return 0
         gone = 0
-        for m in self.profile.masks:
+        for m in (*self.profile.masks, *self.profile.aliases):
             if m.key in u.saved and self.states.get(m.state_key, ("keep",))[0] == "mask":
                 gone += m.nbytes - m.mask_bytes
         dropped = {
@@ -181,7 +182,12 @@ class _Ctx:
         (:func:`calls_of`, grouped once per context: the walk asks for every candidate)."""
         if self._peers is None:
             self._peers = {}
-            for v in [*self.profile.units, *self.profile.regens, *self.profile.masks]:
+            for v in [
+                *self.profile.units,
+                *self.profile.regens,
+                *self.profile.masks,
+                *self.profile.aliases,
+            ]:
                 self._peers.setdefault(_peer_key(v), []).append(v)
         if isinstance(u, LeafRecomputeProfile):
             return [u]
@@ -236,7 +242,7 @@ def fine_owners(profile: ModelProfile) -> dict[str, str]:
     cache = profile.__dict__.get("_fine_owners")
     if cache is None:
         cache = {}
-        for f in [*profile.masks, *profile.regens, *profile.leaf_recomputes]:
+        for f in [*profile.masks, *profile.aliases, *profile.regens, *profile.leaf_recomputes]:
             for u in profile.units:
                 if u.name == "" or f.name == u.name or f.name.startswith(u.name + "."):
                     cache[f.state_key] = u.name
@@ -298,7 +304,7 @@ def simulate(
     dropped = {r.out_key: r.out_bytes for r in regen}
     masked = {
         m.key: m
-        for m in profile.masks
+        for m in (*profile.masks, *profile.aliases)
         if get(m.state_key, _KEEP1)[0] == "mask" and m.key not in dropped
     }
     # leaves recomputed inside a unit that is not itself recomputed
@@ -335,6 +341,11 @@ def simulate(
                 regen_at += [(u.step, dropped[k]) for k in saved.keys() & dropped.keys()]
             if masked:
                 mine = {k: masked[k].mask_bytes for k in saved.keys() & masked.keys()}
+                aliased = [masked[k] for k in mine if type(masked[k]) is AliasProfile]
+                if aliased and d == "keep":  # the leaf holds its output (saved anyway)
+                    hold({m.alias_key: m.alias_bytes for m in aliased}, u.step)
+                elif aliased:  # inside a compressed / swapped unit: the 1-bit mask
+                    mine.update((m.key, m.bits_bytes) for m in aliased)
             if d == "compress":  # the executor masks a compressed unit's ReLU-family leaves
                 # (also where the storage is regenerated: the leaf then holds its bits, and
                 # the regeneration serves no save)
@@ -586,6 +597,8 @@ def _greedy(
     ctx.states = states
     regens = list(profile.regens) if use_regen and method in REGEN_METHODS else []
     masks = list(profile.masks) if method in MASK_METHODS else []
+    if masks and scope == "saved":  # aliases: saved-tensor scope only (alias_scope)
+        masks += profile.aliases
     lrs = list(profile.leaf_recomputes) if use_regen and method in REGEN_METHODS else []
     if masks:  # regenerating from a maskable tensor would hold it whole: use the chain
         mkeys = {m.key for m in masks}
@@ -705,6 +718,8 @@ def _clash(f: Fine, g: Fine) -> bool:
     def needs(x: Fine) -> set[int]:  # storages x holds whole when chosen
         if isinstance(x, LeafRecomputeProfile):
             return set(x.inputs)
+        if isinstance(x, AliasProfile):
+            return {x.alias_key}
         return {x.in_key} if isinstance(x, RegenProfile) else set()
 
     if drops(f) & drops(g):
@@ -979,7 +994,11 @@ def _overhead(profile: ModelProfile, states: dict[str, State], ctx: _Ctx) -> flo
     over += sum(
         g.regen_cost() for g in profile.regens if states.get(g.state_key, ("keep",))[0] == "regen"
     )
-    over += sum(m.cost_s for m in profile.masks if states.get(m.state_key, ("keep",))[0] == "mask")
+    over += sum(
+        m.cost_s
+        for m in (*profile.masks, *profile.aliases)
+        if states.get(m.state_key, ("keep",))[0] == "mask"
+    )
     over += sum(
         x.fwd_s
         for x in profile.leaf_recomputes
@@ -1031,13 +1050,13 @@ def _build(
                     chain=list(g.chain) or None,
                 )
             )
-    for m in profile.masks:
+    for m in (*profile.masks, *profile.aliases):
         if m.call == 0 and states.get(m.state_key, ("keep", None))[0] == "mask":
             vs = ctx.calls(m)
             units.append(
                 UnitDecision(
                     name=m.name,
-                    decision="mask",
+                    decision="alias" if type(m) is AliasProfile else "mask",
                     saved_bytes=sum(v.nbytes for v in vs),
                     held_bytes=sum(v.mask_bytes for v in vs),
                     cost_s=sum(v.cost_s for v in vs),

@@ -269,6 +269,36 @@ class MaskProfile:
 
 
 @dataclass
+class AliasProfile(MaskProfile):
+    """A Hardtanh-family leaf (ReLU6, Hardtanh) that can save its *output* for backward
+    instead of its input, where another op saves that output anyway (the next
+    convolution): ``lo < y < hi`` holds exactly where ``lo < x < hi`` does for ``y =
+    clamp(x, lo, hi)``, so ``hardtanh_backward(g, y)`` is bit-identical to
+    ``hardtanh_backward(g, x)`` (:func:`.mask.alias_call`), and the input's storage is
+    freed after the forward at no cost.  PyTorch's in-place ReLU6 gets the same saving
+    by saving its result; a model written with ``inplace=False`` (the zoo's MobileNetV2,
+    torchvision's ``ReLU6(inplace=False)`` users) holds input and output both.
+
+    A subclass of :class:`MaskProfile` (one leaf's saved tensor replaced by something
+    smaller: here nothing new), with ``mask_bytes = 0``.  Its own decision (state key
+    ``alias:<leaf>``), exclusive with the leaf's mask (:func:`.planner._clash`: both
+    drop ``key``) and with any regeneration that drops ``alias_key`` (the alias holds it
+    whole).  Only where the leaf's unit is kept: inside a compressed or swapped unit
+    the executor holds the 1-bit mask instead, and a recomputed unit holds nothing of
+    the leaf."""
+
+    #: storage of the leaf's output, which another op saves as well
+    alias_key: int = 0
+    alias_bytes: int = 0
+    #: the 1-bit mask's bytes, held instead inside a compressed or swapped unit
+    bits_bytes: int = 0
+
+    @functools.cached_property
+    def state_key(self) -> str:
+        return "alias:" + self.name
+
+
+@dataclass
 class LeafRecomputeProfile:
     """A parameter-free leaf with several tensor inputs whose saved tensors can be
     dropped and recomputed from those inputs in backward (selective checkpointing of
@@ -305,6 +335,8 @@ class ModelProfile:
     regens: list[RegenProfile] = field(default_factory=list)
     masks: list[MaskProfile] = field(default_factory=list)
     leaf_recomputes: list[LeafRecomputeProfile] = field(default_factory=list)
+    #: Hardtanh-family leaves that may save their output instead of their input
+    aliases: list[AliasProfile] = field(default_factory=list)
     #: every allocation of the step besides saved tensors (``scope="all"``), measured by
     #: ``profile_model(..., alloc_timeline=True)``; None: saved-tensor planning only
     alloc: AllocTimeline | None = None
@@ -722,10 +754,11 @@ def profile_model(
     total = sum({r.key: r.nbytes for r in recs}.values())
     regens = _regen_candidates(model, recs, leaf_out, captured, repeats)
     masks = _mask_candidates(model, recs, leaf_out, repeats)
+    aliases = _alias_candidates(model, recs, leaf_out, masks, repeats)
     _auto_mask_bytes(model, recs, leaf_out, profiles, masks)
     _in_situ_costs(model, inputs, loss_fn, profiles, regens, masks, in_situ_steps)
     lrs = _leaf_recompute_candidates(model, recs, captured, calls, unit_step, repeats)
-    prof = ModelProfile(profiles, glue, len(items), item_s, total, regens, masks, lrs)
+    prof = ModelProfile(profiles, glue, len(items), item_s, total, regens, masks, lrs, aliases)
     prof.input_keys = {storage_key(x)[0] for x in inputs if isinstance(x, torch.Tensor)}
     if alloc_timeline:
         prof.alloc = build_timeline(model, prof, inputs, loss_fn)
@@ -845,6 +878,38 @@ def _mask_candidates(
             )
         )
     return out
+
+
+def _alias_candidates(
+    model: nn.Module,
+    recs: list[_Rec],
+    leaf_out: list[tuple[str, int, tuple[int, int], tuple[int, int], int]],
+    masks: list[MaskProfile],
+    repeats: int,
+) -> list[AliasProfile]:
+    """The mask candidates of the Hardtanh family (they save their input) whose output
+    storage another op saves too, as :class:`AliasProfile` (cost: the executor's
+    aliased op's forward + backward over the op's own, measured, >= 0)."""
+    outs = {(name, call): out for name, _, out, _, call in leaf_out}
+    found: list[AliasProfile] = []
+    for m in masks:
+        mod = model.get_submodule(m.name)
+        if MASKABLE[type(mod)] != "input" or (m.name, m.call) not in outs:
+            continue
+        okey, obytes = outs[(m.name, m.call)]
+        own = [r for r in recs if r.stack and r.stack[-1] == m.name and r.call == m.call]
+        if len(own) != 1 or own[0].key != m.key or okey == m.key or obytes != m.nbytes:
+            continue
+        if not any(r.key == okey and (not r.stack or r.stack[-1] != m.name) for r in recs):
+            continue  # nobody else saves the output: holding it instead frees nothing
+        cost = _alias_exec_cost(mod, own[0].tensor, mask_range(mod), repeats)
+        found.append(
+            AliasProfile(
+                m.name, m.step, m.fwd_s, m.key, m.nbytes, 0, cost, True, m.call,
+                alias_key=okey, alias_bytes=obytes, bits_bytes=m.mask_bytes,
+            )
+        )  # fmt: skip
+    return found
 
 
 def _auto_mask_bytes(
@@ -1269,6 +1334,31 @@ def _mask_exec_cost(
         return max(median_cpu_s(masked, repeats) - median_cpu_s(native, repeats), 0.0)
 
     return cached_cost(("mask", *signature([mod], t), rng, on_output), measure)
+
+
+def _alias_exec_cost(
+    mod: nn.Module, t: torch.Tensor, rng: tuple[float, float], repeats: int
+) -> float:
+    """Added time of the executor's aliased op (:func:`.mask.alias_call`) over the op
+    itself, forward + backward, clamped at 0 (the same kernels run: about 0)."""
+    from edgetrain.engine.budget.mask import alias_call
+
+    fn = type(mod).forward.__get__(mod)
+    x = t.detach().requires_grad_()
+    g = torch.ones_like(t)
+
+    def native() -> None:
+        fn(x).backward(g)
+        x.grad = None
+
+    def aliased() -> None:
+        alias_call(x, *rng).backward(g)
+        x.grad = None
+
+    def measure() -> float:
+        return max(median_cpu_s(aliased, repeats) - median_cpu_s(native, repeats), 0.0)
+
+    return cached_cost(("alias", *signature([mod], t), rng), measure)
 
 
 def _regen_candidates(

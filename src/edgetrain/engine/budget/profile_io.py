@@ -54,8 +54,10 @@ PROFILE_FORMAT = "edgetrain-model-profile"
 #: 2 (round 25): codec costs per storage (``CodecCost.per_key``) and the compressed units'
 #: extra mask bits (``UnitProfile.auto_mask_bytes``); a version-1 file lacks both, and
 #: plans made from it under-predict what a compressed unit holds, so it is refused (a
-#: run's own file is measured again, :func:`reusable_profile`'s ``on_mismatch``)
-PROFILE_VERSION = 2
+#: run's own file is measured again, :func:`reusable_profile`'s ``on_mismatch``).
+#: 3 (round 27): the alias candidates (``ModelProfile.aliases``); a version-2 file has
+#: none, so hybrid plans made from it would miss the free savings: refused the same way
+PROFILE_VERSION = 3
 
 
 def every_codec() -> dict[str, Any]:

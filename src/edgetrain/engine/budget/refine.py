@@ -27,6 +27,7 @@ from collections.abc import Callable
 import numpy as np
 
 from edgetrain.engine.budget.profile import (
+    AliasProfile,
     LeafRecomputeProfile,
     MaskProfile,
     ModelProfile,
@@ -40,7 +41,9 @@ KEEP: State = ("keep", None)
 class _Space:
     """The decision space of one method on one profile (the walk's candidates)."""
 
-    def __init__(self, profile: ModelProfile, method: str, ctx, exact: bool = False) -> None:
+    def __init__(
+        self, profile: ModelProfile, method: str, ctx, exact: bool = False, aliases: bool = True
+    ) -> None:
         from edgetrain.engine.budget.planner import (
             _LADDER,
             MASK_METHODS,
@@ -63,6 +66,8 @@ class _Space:
         self.units = [u for u in profile.units if u.call == 0 and self.unit_states]
         regens = list(profile.regens) if method in REGEN_METHODS else []
         masks = list(profile.masks) if method in MASK_METHODS else []
+        if masks and aliases:  # as the walk: saved-tensor scope only
+            masks += profile.aliases
         lrs = list(profile.leaf_recomputes) if method in REGEN_METHODS else []
         if masks:  # as the walk: regenerating from a maskable tensor would hold it whole
             mkeys = {m.key for m in masks}
@@ -144,12 +149,14 @@ class _Space:
             b, lo = regen_of.get(r.out_key, (0, r.step))
             regen_of[r.out_key] = (b + r.in_bytes + r.out_bytes, min(lo, r.step))
         mask_of: dict[int, int] = {}
-        for m in p.masks:
+        for m in (*p.masks, *p.aliases):  # an alias holds bits in a compressed unit
             mask_of[m.key] = mask_of.get(m.key, 0) + m.mask_bytes + m.nbytes
+            if isinstance(m, AliasProfile):
+                mask_of[m.key] += m.bits_bytes
         calls: dict[str, list] = {}  # every profile that takes a decision
         for u in p.units:
             calls.setdefault(u.name, []).append(u)
-        for f in (*p.regens, *p.masks, *p.leaf_recomputes):
+        for f in (*p.regens, *p.masks, *p.aliases, *p.leaf_recomputes):
             calls.setdefault(f.state_key, []).append(f)
         out: dict[str, tuple[int, int]] = {}
         for key in self.by_key:
@@ -164,6 +171,8 @@ class _Space:
                     total += sum(c.inputs.values()) + c.leaf_max_bytes + codec
                 elif isinstance(c, MaskProfile):
                     total += tensor(c.key, c.nbytes) + c.mask_bytes
+                    if isinstance(c, AliasProfile):  # bits, or its early hold of the output
+                        total += c.bits_bytes + tensor(c.alias_key, c.alias_bytes)
                 elif isinstance(c, LeafRecomputeProfile):
                     total += sum(tensor(k, b) for k, b in c.saved.items())
                     total += sum(c.inputs.values())
@@ -202,6 +211,7 @@ def refine(
     exact: bool = False,
     rel_tol: float = 1e-9,
     bounded: bool = False,
+    aliases: bool | None = None,
 ) -> tuple[dict[str, State], dict]:
     """Locally optimal states reachable from the feasible ``states`` by drop and
     exchange moves (module doc); returns (states, stats).  The result fits the budget
@@ -219,8 +229,14 @@ def refine(
     the bound passes the best score found; it picks the candidate the full loop picks
     (the lowest score, the first of equal ones) with fewer simulator calls (MobileNetV2
     at 0.35 width, batch 32: see ``docs/results/budget.md``, round 22), so an uncapped
-    search returns the same states and a capped one goes further in the same calls."""
-    space = _Space(profile, method, ctx, exact)
+    search returns the same states and a capped one goes further in the same calls.
+    ``aliases``: whether alias decisions are in the space (default: for
+    :func:`.planner.simulate`, the saved-tensor scope, as in the walk)."""
+    if aliases is None:  # aliases are planned under scope "saved" only (the walk's rule)
+        from edgetrain.engine.budget.planner import simulate
+
+        aliases = sim is simulate
+    space = _Space(profile, method, ctx, exact, aliases=aliases)
     bounds = space.removal_bounds()
     removal = bounds if bounded else None
     n_sims = [0]
