@@ -36,7 +36,8 @@ def test_budget_json_fields(capsys, tmp_path):
     assert row["measured_peak_bytes"] <= row["predicted_peak_bytes"] <= row["budget_bytes"]
     assert sum(row["decisions"].values()) == row["units"]
     assert row["decisions"]["keep"] < row["units"]
-    assert json.loads(plan_path.read_text())["version"] == 3
+    assert set(row["decisions"]) >= {"keep", "recompute", "compress", "regen", "mask", "alias"}
+    assert json.loads(plan_path.read_text())["version"] == 4
     # per timed step, median, for each plan timed: the unplanned step and the method's
     assert set(row["page_faults"]) == {"none", "hybrid"}
     assert all(isinstance(v, int | float) and v >= 0 for v in row["page_faults"].values())
