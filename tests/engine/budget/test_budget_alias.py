@@ -10,6 +10,8 @@ from __future__ import annotations
 import copy
 import dataclasses
 import math
+import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -34,19 +36,13 @@ from edgetrain.engine.budget.planner import _clash
 from edgetrain.engine.budget.profile_io import every_codec
 from edgetrain.errors import ConfigError
 
-_SPECIAL = [0.0, -0.0, 1e-45, -1e-45, 6.0, 5.9999995, 6.0000005, -1.0, 1.0, 1e30, -1e30]
-_INT = {torch.float16: torch.int16, torch.float32: torch.int32, torch.float64: torch.int64}
+sys.path.insert(0, str(Path(__file__).parent))
+from test_budget_fastmask import _INT, EDGE_VALUES  # noqa: E402
 
 
 @settings(max_examples=60, deadline=None)
 @given(
-    vals=st.lists(
-        st.one_of(
-            st.floats(width=16, allow_nan=True), st.sampled_from(_SPECIAL + [math.nan, math.inf])
-        ),
-        min_size=1,
-        max_size=70,
-    ),
+    vals=EDGE_VALUES,
     grads=st.lists(st.floats(width=16, allow_nan=False), min_size=1, max_size=8),
     rng=st.sampled_from([(0.0, 6.0), (-1.0, 1.0), (-0.5, 2.0)]),
     dtype=st.sampled_from([torch.float16, torch.float32, torch.float64]),

@@ -35,15 +35,20 @@ _OPS = {
 _INT = {torch.float16: torch.int16, torch.float32: torch.int32, torch.float64: torch.int64}
 
 
+#: inputs for the ReLU-family ops' bit-identity tests: float16 values and the range edges
+#: (+-0, subnormals, 6 and its neighbours), NaN and inf (test_budget_alias.py too)
+EDGE_VALUES = st.lists(
+    st.one_of(
+        st.floats(width=16, allow_nan=True), st.sampled_from(_SPECIAL + [math.nan, math.inf])
+    ),
+    min_size=1,
+    max_size=70,
+)
+
+
 @settings(max_examples=60, deadline=None)
 @given(
-    vals=st.lists(
-        st.one_of(
-            st.floats(width=16, allow_nan=True), st.sampled_from(_SPECIAL + [math.nan, math.inf])
-        ),
-        min_size=1,
-        max_size=70,
-    ),
+    vals=EDGE_VALUES,
     grads=st.lists(
         st.one_of(st.floats(width=16, allow_nan=True), st.sampled_from([0.0, -0.0])),
         min_size=1,
