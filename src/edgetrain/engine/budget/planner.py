@@ -122,7 +122,7 @@ class _Ctx:
         if not self.states:
             return 0
         gone = 0
-        for m in (*self.profile.masks, *self.profile.aliases):
+        for m in self.profile.leaf_masks:
             if m.key in u.saved and self.states.get(m.state_key, ("keep",))[0] == "mask":
                 gone += m.nbytes - m.mask_bytes
         dropped = {
@@ -182,12 +182,7 @@ class _Ctx:
         (:func:`calls_of`, grouped once per context: the walk asks for every candidate)."""
         if self._peers is None:
             self._peers = {}
-            for v in [
-                *self.profile.units,
-                *self.profile.regens,
-                *self.profile.masks,
-                *self.profile.aliases,
-            ]:
+            for v in [*self.profile.units, *self.profile.regens, *self.profile.leaf_masks]:
                 self._peers.setdefault(_peer_key(v), []).append(v)
         if isinstance(u, LeafRecomputeProfile):
             return [u]
@@ -242,7 +237,7 @@ def fine_owners(profile: ModelProfile) -> dict[str, str]:
     cache = profile.__dict__.get("_fine_owners")
     if cache is None:
         cache = {}
-        for f in [*profile.masks, *profile.aliases, *profile.regens, *profile.leaf_recomputes]:
+        for f in [*profile.leaf_masks, *profile.regens, *profile.leaf_recomputes]:
             for u in profile.units:
                 if u.name == "" or f.name == u.name or f.name.startswith(u.name + "."):
                     cache[f.state_key] = u.name
@@ -304,7 +299,7 @@ def simulate(
     dropped = {r.out_key: r.out_bytes for r in regen}
     masked = {
         m.key: m
-        for m in (*profile.masks, *profile.aliases)
+        for m in profile.leaf_masks
         if get(m.state_key, _KEEP1)[0] == "mask" and m.key not in dropped
     }
     # leaves recomputed inside a unit that is not itself recomputed
@@ -995,9 +990,7 @@ def _overhead(profile: ModelProfile, states: dict[str, State], ctx: _Ctx) -> flo
         g.regen_cost() for g in profile.regens if states.get(g.state_key, ("keep",))[0] == "regen"
     )
     over += sum(
-        m.cost_s
-        for m in (*profile.masks, *profile.aliases)
-        if states.get(m.state_key, ("keep",))[0] == "mask"
+        m.cost_s for m in profile.leaf_masks if states.get(m.state_key, ("keep",))[0] == "mask"
     )
     over += sum(
         x.fwd_s
@@ -1050,7 +1043,7 @@ def _build(
                     chain=list(g.chain) or None,
                 )
             )
-    for m in (*profile.masks, *profile.aliases):
+    for m in profile.leaf_masks:
         if m.call == 0 and states.get(m.state_key, ("keep", None))[0] == "mask":
             vs = ctx.calls(m)
             units.append(

@@ -344,6 +344,12 @@ class ModelProfile:
     #: step, so encoding or swapping their saves frees no allocation (``scope="all"``)
     input_keys: set[int] = field(default_factory=set)
 
+    @property
+    def leaf_masks(self) -> list[MaskProfile]:
+        """The masks and the aliases (an :class:`AliasProfile` is a mask that holds
+        nothing): every leaf whose one saved tensor a fine decision replaces."""
+        return [*self.masks, *self.aliases]
+
     def unit(self, name: str) -> UnitProfile:
         for u in self.units:
             if u.name == name:
@@ -888,8 +894,8 @@ def _alias_candidates(
     repeats: int,
 ) -> list[AliasProfile]:
     """The mask candidates of the Hardtanh family (they save their input) whose output
-    storage another op saves too, as :class:`AliasProfile` (cost: the executor's
-    aliased op's forward + backward over the op's own, measured, >= 0)."""
+    storage another op saves too, as :class:`AliasProfile` (cost: the aliased op's
+    per-call cost, :func:`_alias_exec_cost`)."""
     outs = {(name, call): out for name, _, out, _, call in leaf_out}
     found: list[AliasProfile] = []
     for m in masks:
@@ -897,12 +903,13 @@ def _alias_candidates(
         if MASKABLE[type(mod)] != "input" or (m.name, m.call) not in outs:
             continue
         okey, obytes = outs[(m.name, m.call)]
-        own = [r for r in recs if r.stack and r.stack[-1] == m.name and r.call == m.call]
-        if len(own) != 1 or own[0].key != m.key or okey == m.key or obytes != m.nbytes:
+        if okey == m.key or obytes != m.nbytes:
             continue
         if not any(r.key == okey and (not r.stack or r.stack[-1] != m.name) for r in recs):
             continue  # nobody else saves the output: holding it instead frees nothing
-        cost = _alias_exec_cost(mod, own[0].tensor, mask_range(mod), repeats)
+        # a mask candidate's one saved tensor is its input (_mask_candidates)
+        dtype = next(r.tensor.dtype for r in recs if r.key == m.key)
+        cost = _alias_exec_cost(mod, dtype, mask_range(mod), repeats)
         found.append(
             AliasProfile(
                 m.name, m.step, m.fwd_s, m.key, m.nbytes, 0, cost, True, m.call,
@@ -1337,11 +1344,10 @@ def _mask_exec_cost(
 
 
 def _alias_exec_cost(
-    mod: nn.Module, t: torch.Tensor, rng: tuple[float, float], repeats: int
+    mod: nn.Module, dtype: torch.dtype, rng: tuple[float, float], repeats: int
 ) -> float:
     """Added time of the executor's aliased op (:func:`.mask.alias_call`) over the op
-    itself, forward + backward, >= 0, measured on a 4,096-element tensor of ``t``'s
-    dtype: the two run the same kernels (``hardtanh``, and ``hardtanh_backward`` on a
+    itself, forward + backward, >= 0, measured on a 4,096-element tensor of ``dtype``: the two run the same kernels (``hardtanh``, and ``hardtanh_backward`` on a
     tensor of the same size), so what differs is the custom function's per-call cost.
 
     Why not on the captured tensor: there the difference came out 0.06-0.25 ms per
@@ -1353,7 +1359,7 @@ def _alias_exec_cost(
     from edgetrain.engine.budget.mask import alias_call
 
     fn = type(mod).forward.__get__(mod)
-    x = torch.linspace(-1.0, 7.0, 4096, dtype=t.dtype).requires_grad_()
+    x = torch.linspace(-1.0, 7.0, 4096, dtype=dtype).requires_grad_()
     g = torch.ones_like(x)
 
     def native() -> None:
@@ -1373,7 +1379,7 @@ def _alias_exec_cost(
         extra = median_cpu_s(many(aliased), repeats) - median_cpu_s(many(native), repeats)
         return max(extra / calls, 0.0)
 
-    return cached_cost(("alias", type(mod).__name__, str(t.dtype), rng), measure)
+    return cached_cost(("alias", type(mod).__name__, str(dtype), rng), measure)
 
 
 def _regen_candidates(

@@ -149,14 +149,14 @@ class _Space:
             b, lo = regen_of.get(r.out_key, (0, r.step))
             regen_of[r.out_key] = (b + r.in_bytes + r.out_bytes, min(lo, r.step))
         mask_of: dict[int, int] = {}
-        for m in (*p.masks, *p.aliases):  # an alias holds bits in a compressed unit
+        for m in p.leaf_masks:  # an alias holds bits in a compressed unit
             mask_of[m.key] = mask_of.get(m.key, 0) + m.mask_bytes + m.nbytes
             if isinstance(m, AliasProfile):
                 mask_of[m.key] += m.bits_bytes
         calls: dict[str, list] = {}  # every profile that takes a decision
         for u in p.units:
             calls.setdefault(u.name, []).append(u)
-        for f in (*p.regens, *p.masks, *p.aliases, *p.leaf_recomputes):
+        for f in (*p.regens, *p.leaf_masks, *p.leaf_recomputes):
             calls.setdefault(f.state_key, []).append(f)
         out: dict[str, tuple[int, int]] = {}
         for key in self.by_key:
