@@ -41,7 +41,10 @@ Each planned unit's ``forward`` is wrapped (an instance attribute, removed on ex
   backward.  A chained regen (``chain =
   [head, ..., tail]``, e.g. BatchNorm -> ReLU6) re-runs every leaf of the chain
   from the head's input (the head saves it anyway), so the tail's input need not
-  be held either.
+  be held either.  Where a compressed unit saved the (single) leaf's input encoded,
+  the placeholder refers to that encoding instead: the regeneration runs on its
+  decoding, no raw copy of the input is held, and the decoding is handed to the
+  leaf's own backward, which comes after the consumer's (one decode, not two).
 * ``mask`` (a ReLU / ReLU6 / Hardtanh leaf) — the leaf runs as one autograd
   function that saves only the packed bits of "the gradient passes" and computes
   the gradient from them (:func:`.mask.masked_call`; no hook context, no float
@@ -89,10 +92,13 @@ from edgetrain.errors import ConfigError
 
 
 class _Encoded:
-    __slots__ = ("data", "codec", "__weakref__")
+    __slots__ = ("data", "codec", "decoded", "__weakref__")
 
     def __init__(self, data: bytes, codec: Codec) -> None:
         self.data, self.codec = data, codec
+        #: decoded early by a regeneration from this encoding (:meth:`PlanExecutor.
+        #: _unpack_regen`), handed to the saving op's own unpack instead of decoding twice
+        self.decoded: torch.Tensor | None = None
 
 
 class _SegState:
@@ -122,16 +128,20 @@ class _RegenSource:
     the output's version."""
 
     __slots__ = ("mods", "fns", "arg", "version", "cache", "inplace", "arg_key", "uses",
-                 "stats", "__weakref__")  # fmt: skip
+                 "stats", "enc", "shape", "__weakref__")  # fmt: skip
 
     def __init__(
         self,
         mods: tuple[nn.Module, ...],
         fns: tuple[Callable, ...],
-        arg: torch.Tensor,
+        arg: torch.Tensor | None,
         version: int,
     ) -> None:
         self.mods, self.fns, self.arg, self.version = mods, fns, arg, version
+        #: the input's encoding when a compressed unit saved it encoded (``arg`` is then
+        #: None: the source holds no raw copy) and the input's shape to decode it to
+        self.enc: _Encoded | None = None
+        self.shape: torch.Size | None = None
         self.cache: weakref.ref | None = None
         #: the leaf's forward in place, when allowed (:func:`.regen.inplace_regen`)
         self.inplace: Callable | None = None
@@ -182,6 +192,17 @@ def _same_layout(a: torch.Tensor, b: torch.Tensor) -> bool:
     )
 
 
+def _geometry(t: torch.Tensor) -> tuple:
+    """What identifies ``t`` as a whole, contiguous tensor over its storage (or not)."""
+    return (
+        t.numel(),
+        t.dtype,
+        t.is_contiguous() and t.storage_offset() == 0,
+        t.untyped_storage().nbytes(),
+        t._version,
+    )
+
+
 def _detach_like(a: Any) -> Any:
     if isinstance(a, torch.Tensor):
         return a.detach().requires_grad_(a.requires_grad)
@@ -224,6 +245,9 @@ class PlanExecutor:
         self._installed: list[nn.Module] = []
         # one encoding per saved tensor object: id -> (weakref to tensor, weakref to holder)
         self._encoded: dict[int, tuple[weakref.ref, weakref.ref]] = {}
+        #: while a regenerable leaf's forward runs: storage pointer -> (geometry, encoding)
+        #: of each float tensor a compressed unit encoded meanwhile (:meth:`_wrap_regen`)
+        self._enc_watch: dict[int, tuple[tuple, _Encoded]] | None = None
         # storage pointer of a live regenerable output -> (weakref to it, its source)
         self._regen: dict[int, tuple[weakref.ref, _RegenSource]] = {}
         # chain head module id -> (weakref to its last input, storage of its output,
@@ -496,7 +520,13 @@ class PlanExecutor:
         def run(x, *a, **k):
             count = inplace is not None and isinstance(x, torch.Tensor)
             before = self._uses.get(storage_key(x)[0], 0) if count else -1
-            out = inner(x, *a, **k)
+            outer, self._enc_watch = self._enc_watch, {}
+            try:
+                out = inner(x, *a, **k)
+            finally:
+                watch, self._enc_watch = self._enc_watch, outer
+                if outer is not None:
+                    outer.update(watch)
             if (
                 not a
                 and not k
@@ -506,6 +536,16 @@ class PlanExecutor:
             ):
                 arg = x
                 stats = batchnorm_stats(mod, out) if affine else None
+                enc = watch.get(storage_key(x)[0]) if head is mod else None
+                if enc is not None and enc[0] == _geometry(x) and enc[0][2]:
+                    # a compressed unit saved the input encoded: regenerate from its
+                    # decoding, holding no raw copy (the encoding is held anyway)
+                    src = _RegenSource(tuple(chain), fns, None, out._version)
+                    src.stats, src.enc, src.shape = stats, enc[1], x.shape
+                    key = storage_key(out)[0]
+                    self._regen[key] = (weakref.ref(out), src)
+                    weakref.finalize(out, self._forget_regen, key, src)
+                    return out
                 if head is not mod:  # chained: regenerate from the head's input
                     # taken, not read: the entry holds the head's batch statistics, which
                     # would otherwise outlive the BatchNorm's own backward to the end of
@@ -549,14 +589,23 @@ class PlanExecutor:
         if out is None or t._version != src.version or t.dtype != out.dtype:
             return None
         ref = _RegenRef(src, t)
-        self.acc.hold_tensor(src.arg, ref)  # the placeholder keeps the leaf's input alive
+        if src.arg is not None:  # the placeholder keeps the leaf's input alive
+            self.acc.hold_tensor(src.arg, ref)
         return ref
 
     def _unpack_regen(self, ref: _RegenRef) -> torch.Tensor:
         src = ref.src
         base = src.cache() if src.cache is not None else None
         if base is None:
-            if src.inplace is not None and self._uses.get(src.arg_key) == src.uses:
+            if src.enc is not None:
+                # decoded once, for this and for the saving op's own unpack after it
+                arg = src.enc.decoded
+                if arg is None:
+                    arg = src.enc.codec.decode(src.enc.data)
+                    self.acc.hold_tensor(arg, arg)
+                    src.enc.decoded = arg
+                base = regenerate(src.mods, src.fns, arg.view(src.shape), src.stats)
+            elif src.inplace is not None and self._uses.get(src.arg_key) == src.uses:
                 base = src.inplace(src.arg)  # the leaf's own saved input, clamped
             else:
                 base = regenerate(src.mods, src.fns, src.arg, src.stats)
@@ -623,6 +672,8 @@ class PlanExecutor:
             h = _Encoded(codec.encode(t), codec)
             self.acc.hold_bytes(len(h.data), h)
             self._remember(t, h)
+        if self._enc_watch is not None:
+            self._enc_watch[storage_key(t)[0]] = (_geometry(t), h)
         return h
 
     def _pack_swap(self, t: torch.Tensor) -> object:
@@ -642,6 +693,9 @@ class PlanExecutor:
         if isinstance(h, _RegenRef):
             return self._unpack_regen(h)
         if isinstance(h, _Encoded):
+            if h.decoded is not None:  # a regeneration decoded it first (already held)
+                out, h.decoded = h.decoded, None
+                return out
             out = h.codec.decode(h.data)
         elif hasattr(h, "path"):
             out = swap_in(h)

@@ -379,15 +379,22 @@ def simulate(
                 enc += u.auto_mask_bytes
                 extra[u.step] += enc
                 extra[2 * t - u.step] -= enc
+    holders: dict[int, int] = {}  # regenerated storage -> its latest held consumer's step
     if regen:
-        used = {k for step, keys in profile.glue for k in keys if k in dropped}
+        for step, keys in profile.glue:
+            for k in keys.keys() & dropped.keys():
+                holders[k] = max(holders.get(k, step), step)
         for u in profile.units:
             if get(u.name, _KEEP)[0] != "recompute":
-                used.update(u.saved.keys() & dropped.keys())
+                for k in u.saved.keys() & dropped.keys():
+                    holders[k] = max(holders.get(k, u.step), u.step)
+    encoded = _encoded_sources(profile, states, regen, gone, masked) if regen else ()
     for x in lr_on:  # a recomputed leaf holds its inputs from forward to its backward
         hold(x.inputs, x.step)
     for r in regen:  # a placeholder in a held consumer keeps the leaf's input alive
-        if r.out_key in used or (live_sources and r.out_key in first):
+        if r.state_key in encoded:
+            continue  # ... unless a compressed unit saved it encoded (below)
+        if r.out_key in holders or (live_sources and r.out_key in first):
             hold({r.in_key: r.in_bytes}, r.step)
     delta = extra
     if first:
@@ -405,6 +412,11 @@ def simulate(
         mem[2 * t - 1 - step] += sum(sorted(bs)[-2:])
     for step, b in unmask:  # one mask expanded at a time in the unit's backward
         mem[2 * t - 1 - step] += b
+    for r in regen:  # an encoded source's decoding, from the first regeneration (the
+        # latest consumer's backward) to the leaf's own backward, which takes it over
+        c = holders.get(r.out_key) if r.state_key in encoded else None
+        if c is not None and c > r.step:
+            mem[2 * t - 1 - c : 2 * t - 1 - r.step] += r.in_bytes
     for x in lr_on:  # all of a recomputed leaf's saved tensors at once, in its backward
         mem[2 * t - 1 - x.step] += x.saved_bytes
     for u in profile.units:
@@ -419,6 +431,41 @@ def simulate(
 
 _KEEP: State = ("keep", None)
 _KEEP1 = ("keep",)
+
+
+def _encoded_sources(
+    profile: ModelProfile,
+    states: dict[str, State],
+    regen: list[RegenProfile],
+    gone: set[int],
+    masked: dict[int, MaskProfile],
+) -> set[str]:
+    """The regenerations (state keys) whose source a compressed unit saves encoded: a
+    single leaf whose unit is compressed and encodes the leaf's input (a float storage
+    of the unit, neither regenerated, recomputed nor masked).  The executor regenerates
+    them from the decoded encoding and holds no raw copy of the input
+    (``PlanExecutor._wrap_regen``); the decoding is handed on to the leaf's own backward.
+    Round 28: BERT-small's FFN at saved 0.3 compressed both the GELU's input and its
+    output (fc2's input, 15-17 ms per layer) where regenerating the output from the
+    decoded input costs the GELU alone (2.2 ms)."""
+    owners = fine_owners(profile)
+    by_name = profile.__dict__.get("_units_by_name")
+    if by_name is None:
+        by_name = profile.__dict__["_units_by_name"] = {}
+        for u in profile.units:
+            by_name.setdefault(u.name, []).append(u)
+    out: set[str] = set()
+    for r in regen:
+        o = owners.get(r.state_key)
+        if r.chain or o is None or states.get(o, _KEEP1)[0] != "compress":
+            continue
+        k = r.in_key
+        if k in gone or k in masked:
+            continue
+        for u in by_name.get(o, ()):
+            if k in u.float_keys and k not in u.auto_mask_keys and k not in auto_masks(profile, u):
+                out.add(r.state_key)
+    return out
 
 
 SCOPES = ("saved", "all")
