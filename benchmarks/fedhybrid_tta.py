@@ -328,6 +328,32 @@ def collapse_stats(recs: list[dict], label_share: list[float] | None = None) -> 
     return out
 
 
+def oracle_summary(rows: list[dict], recs: dict[str, list[dict]]) -> dict | None:
+    """FedHybrid Fig. 1 on this fleet: how many points the memory wall costs Oort (Oort-Oracle
+    minus Oort) and where FedHybrid lands against that ceiling, at the final round, the best
+    round and over the last eighth of the rounds all three ran (one round's accuracy on a small
+    test split is noisy). None unless oort, oort-oracle and fedhybrid all ran."""
+    by = {r["method"]: r for r in rows if "skipped" not in r}
+    names = ("oort", "oort-oracle", "fedhybrid")
+    if not all(m in by and m in recs for m in names):
+        return None
+    common = min(len(recs[m]) for m in names)
+    last = max(1, common // 8)
+    mean = {m: sum(r["accuracy"] for r in recs[m][common - last : common]) / last for m in names}
+    out: dict = {"last_rounds": last, "common_rounds": common}
+    for key, val in (
+        ("final", {m: by[m]["final_accuracy"] for m in names}),
+        ("best", {m: by[m]["best_accuracy"] for m in names}),
+        ("last_mean", mean),
+    ):
+        out[key] = {
+            "wall_points": 100 * (val["oort-oracle"] - val["oort"]),  # Oracle - Practical
+            "fedhybrid_vs_oort_points": 100 * (val["fedhybrid"] - val["oort"]),
+            "fedhybrid_vs_oracle_points": 100 * (val["fedhybrid"] - val["oort-oracle"]),
+        }
+    return out
+
+
 def table3_summary(
     rows: list[dict], recs: dict[str, list[dict]], label_share: list[float] | None = None
 ) -> dict:
@@ -622,6 +648,9 @@ def main(argv: list[str] | None = None) -> int:
         rows, recs = compare(cfg, methods, env=env, extend_factor=args.extend)
         out["tables"][agg] = rows
         out["curves"][agg] = curves(recs)
+        orc = oracle_summary(rows, recs)
+        if orc is not None:
+            out.setdefault("oracle", {})[agg] = orc
         if args.task != "mnist":  # the MNIST JSON stays as before
             ys = env.train.y.numpy()
             counts = np.bincount(ys, minlength=int(max(ys.max(), env.test.y.numpy().max())) + 1)
@@ -674,6 +703,15 @@ def main(argv: list[str] | None = None) -> int:
                   f"{'-' if tta is None else f'{tta / 3600:.2f}':>10}"
                   f"{r['rounds']:>8}{r['sim_time_s'] / max(1, r['rounds']):>9.1f}")  # fmt: skip
         print(f"target = Random's best accuracy {100 * rows[0]['target_accuracy']:.2f}%")
+        orc = out.get("oracle", {}).get(agg)
+        if orc is not None:
+            print("  FedHybrid Fig. 1 (points): the memory wall = Oort-Oracle - Oort; "
+                  "FedHybrid - Oort; FedHybrid - Oort-Oracle")  # fmt: skip
+            for key, label in (("final", "final round"), ("best", "best round"),
+                               ("last_mean", f"mean of the last {orc['last_rounds']}")):  # fmt: skip
+                d = orc[key]
+                print(f"    {label:<22}{d['wall_points']:>+8.1f}{d['fedhybrid_vs_oort_points']:>+8.1f}"
+                      f"{d['fedhybrid_vs_oracle_points']:>+8.1f}")  # fmt: skip
     for u in out.get("uniform_plans", []):
         print(f"  {u['strategy']:<9} for {u['fraction']:.3f} M_G: demand "
               f"{u['demand'] if u['demand'] is not None else u['fraction']:.3f} M_G, "

@@ -47,3 +47,42 @@ def test_tta_benchmark_scale_flags_conflict(capsys):
         mod.main(["--scale-only", "--no-scale"])
     assert e.value.code == 2
     assert "--scale-only and --no-scale exclude each other" in capsys.readouterr().err
+
+
+def _rows_recs(accs: dict[str, list[float]]):
+    rows = [
+        {"method": m, "final_accuracy": a[-1], "best_accuracy": max(a)} for m, a in accs.items()
+    ]
+    recs = {m: [{"accuracy": x} for x in a] for m, a in accs.items()}
+    return rows, recs
+
+
+def test_oracle_summary_is_fig1_on_the_fleet():
+    mod = load_benchmark("fedhybrid_tta")
+    rows, recs = _rows_recs({
+        "random": [0.1] * 8,
+        "oort": [0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.6],
+        "fedhybrid": [0.1, 0.3, 0.5, 0.6, 0.6, 0.7, 0.8, 0.75],
+        "oort-oracle": [0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.7, 0.9],  # one extended round
+    })  # fmt: skip
+    out = mod.oracle_summary(rows, recs)
+    assert out["common_rounds"] == 8 and out["last_rounds"] == 1
+    assert out["final"]["wall_points"] == pytest.approx(30.0)  # 0.9 - 0.6
+    assert out["final"]["fedhybrid_vs_oort_points"] == pytest.approx(15.0)
+    assert out["final"]["fedhybrid_vs_oracle_points"] == pytest.approx(-15.0)
+    assert out["best"]["wall_points"] == pytest.approx(20.0)  # 0.9 - 0.7
+    # the last eighth of the 8 common rounds: round 8 alone, not the oracle's extra round
+    assert out["last_mean"]["wall_points"] == pytest.approx(10.0)
+    assert out["last_mean"]["fedhybrid_vs_oracle_points"] == pytest.approx(5.0)
+    rows2, recs2 = _rows_recs({"random": [0.1], "oort": [0.2], "fedhybrid": [0.3]})
+    assert mod.oracle_summary(rows2, recs2) is None  # no oracle row, no block
+
+
+def test_tta_benchmark_prints_the_oracle_block(capsys):
+    mod = load_benchmark("fedhybrid_tta")
+    argv = ["--quick", "--aggregators", "fedprox", "--no-scale", "--no-ablations",
+            "--methods", "random,oort,fedhybrid,oort-oracle"]  # fmt: skip
+    assert mod.main(argv) == 0
+    text = capsys.readouterr().out
+    assert "the memory wall = Oort-Oracle - Oort" in text
+    assert "oort-oracle" in text and "final round" in text

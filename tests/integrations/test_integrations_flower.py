@@ -159,6 +159,13 @@ def test_uniform_table4_baselines_are_refused_with_the_accepted_alternative(env)
     assert strategy.plan_service is not None
 
 
+def test_the_memory_oracle_is_refused_with_the_accepted_alternatives(env):
+    from edgetrain.integrations.flower.simulation import make_strategy
+
+    with pytest.raises(ConfigError, match="oort, random or fedhybrid"):
+        make_strategy(CFG, env, "oort-oracle")
+
+
 def test_local_epochs_are_refused_with_the_accepted_alternative(env):
     from edgetrain.integrations.flower.simulation import make_strategy
 

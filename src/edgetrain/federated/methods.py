@@ -18,6 +18,9 @@ micro-batching), Capuchin (swap + recompute), GACT (compress every layer, adapti
 in one configuration for every client, generated on every device
 (:mod:`edgetrain.federated.baselines`); ``"per_client"`` restores the earlier rule (a plan of
 that one technique fitted to each client's budget by the server's plan service).
+``oracle`` is FedHybrid §2's Oort-Oracle (Fig. 1): the same selector on the same fleet, with
+every device assumed to have the memory to train (no page reclaim, no kill). It is a reference
+for how much accuracy and time the memory wall costs a method, not a deployable system.
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ class MethodSpec:
     regenerate: bool = False
     optimizer: bool = True
     uniform: bool = False
+    oracle: bool = False
 
 
 METHODS: dict[str, MethodSpec] = {
@@ -43,6 +47,8 @@ METHODS: dict[str, MethodSpec] = {
     "oort+recompute": MethodSpec("oort", "recompute", uniform=True),  # Oort + Melon
     "oort+swap": MethodSpec("oort", "swap", uniform=True),  # Oort + Capuchin
     "oort+compress": MethodSpec("oort", "compress", uniform=True),  # Oort + GACT
+    # FedHybrid Fig. 1's upper reference: Oort as if every device had the memory to train
+    "oort-oracle": MethodSpec("oort", "none", oracle=True),
     # Fig. 17 ablations
     "fedhybrid-noselector": MethodSpec("random", "hybrid", regenerate=True),
     "fedhybrid-nooptimizer": MethodSpec("fedhybrid", "recompute", regenerate=True, optimizer=False),

@@ -109,6 +109,14 @@ def make_strategy(
             "runtimes execute; on Flower set federated.baseline_plans: per_client "
             "(Oort with per-client plans) or use edgetrain federate"
         )
+    if spec.oracle:
+        # a reference in which no device runs out of memory: real nodes have the memory
+        # they have, so a Flower run cannot be one
+        raise ConfigError(
+            f"method {method!r} is FedHybrid Fig. 1's memory oracle (every device assumed to "
+            "fit), a simulation reference that only edgetrain federate runs; on Flower use "
+            "oort, random or fedhybrid"
+        )
     if f.local_epochs is not None:
         # the strategy ships a fixed step count to every node; epochs over each node's own
         # partition (edgetrain.federated.environment.Environment.local_work) are not wired

@@ -1,0 +1,42 @@
+"""FedHybrid Fig. 1's Oort-Oracle: the same selector and fleet, with no device out of memory."""
+
+import pytest
+
+from edgetrain.federated import FederatedServer, build_environment
+from edgetrain.federated.methods import METHODS
+from fed_small import small_fleet_config
+
+
+@pytest.fixture(scope="module")
+def env():
+    return build_environment(small_fleet_config())
+
+
+def test_the_oracle_is_oort_without_the_memory_wall():
+    spec, oort = METHODS["oort-oracle"], METHODS["oort"]
+    assert spec.oracle and not oort.oracle
+    assert (spec.selector, spec.technique) == (oort.selector, oort.technique)
+
+
+def test_no_client_of_the_oracle_is_killed_or_under_page_reclaim(env):
+    practical = FederatedServer(env, "oort", "fedavg", None, None)
+    oracle = FederatedServer(env, "oort-oracle", "fedavg", None, None)
+    killed = 0
+    for cid in range(len(env.fleet)):
+        a, b = practical._client_round(1, cid), oracle._client_round(1, cid)
+        assert b.outcome in ("fit", "dropped", "late") and b.pressure == 1.0 and b.pages == 0
+        assert b.plan is None
+        killed += a.outcome == "killed"
+        if a.outcome == "fit":  # a client that fits anyway costs the same in both
+            assert b.cost.total_s == pytest.approx(a.cost.total_s)
+    assert killed > 0  # the small fleet has phones the memory wall stops
+
+
+def test_the_oracle_runs_oorts_selector_on_the_same_seed(env):
+    rec_p = FederatedServer(env, "oort", "fedavg", None, None).run(1)
+    rec_o = FederatedServer(env, "oort-oracle", "fedavg", None, None).run(2)
+    # round 1 draws before any feedback, so both select the same clients
+    assert rec_o[0]["selected"] == rec_p[0]["selected"]
+    for r in rec_o:
+        assert r["outcomes"]["killed"] == 0 and r["outcomes"]["pressure"] == 0
+    assert rec_p[0]["outcomes"]["killed"] + rec_p[0]["outcomes"]["pressure"] > 0
