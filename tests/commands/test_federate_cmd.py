@@ -73,3 +73,31 @@ def test_federate_bad_selector_is_a_user_error(tmp_path):
     r = CliRunner().invoke(app, ["federate", str(path), "--selector", "fastest"])
     assert r.exit_code != 0
     assert "accepted" in str(r.exception) or "accepted" in r.output
+
+
+def test_compare_runs_the_chosen_methods_with_random_first(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump(CFG))
+    argv = ["federate", str(path), "--output-root", str(tmp_path / "runs"), "--json",
+            "--compare", "--rounds", "2", "--methods", "oort-oracle,oort,oort"]  # fmt: skip
+    r = CliRunner().invoke(app, argv)
+    assert r.exit_code == 0, r.output
+    rows = json.loads(r.stdout)
+    assert [x["method"] for x in rows] == ["random", "oort-oracle", "oort"]
+    report = next((tmp_path / "runs").glob("cli-compare*")) / "report.html"
+    assert "oort-oracle" in report.read_text()
+
+
+def test_methods_errors_name_the_value_and_the_accepted(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump(CFG))
+    for extra, expected in (
+        (["--compare", "--methods", "oort,fastest"], "unknown 'fastest'; accepted: random, oort"),
+        (["--compare", "--methods", " , "], "empty list"),
+        (["--methods", "oort"], "add --compare, or use --selector"),
+    ):
+        root = ["--output-root", str(tmp_path / "runs")]
+        r = CliRunner().invoke(app, ["federate", str(path), *root, *extra])
+        assert r.exit_code != 0
+        assert expected in str(r.exception) + r.output
+    assert not (tmp_path / "runs").exists()  # refused before a run directory is made

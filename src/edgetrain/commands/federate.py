@@ -38,6 +38,12 @@ def register(app: typer.Typer) -> None:
         do_compare: bool = typer.Option(
             False, "--compare", help="Run every method on the identical fleet, partition, seed."
         ),
+        methods: Optional[str] = typer.Option(  # noqa: UP045
+            None,
+            "--methods",
+            help="With --compare: comma-separated methods instead of the seven of Tables 3-4 "
+            "(random sets the target, so it is always run), e.g. random,oort,fedhybrid,oort-oracle.",
+        ),
         resume: bool = typer.Option(False, "--resume", help="Continue the run directory."),
         output_root: Optional[Path] = typer.Option(None, "--output-root"),  # noqa: UP045
         as_json: bool = typer.Option(False, "--json", help="Print JSON only."),
@@ -54,6 +60,7 @@ def register(app: typer.Typer) -> None:
         console = Console(quiet=as_json)
         if do_compare and resume:
             raise ConfigError("--resume continues a single-method run; drop --compare")
+        compared = _compare_methods(methods, do_compare)
         if resume:
             _check_resumable(root / cfg.name, cfg)
         # model, data and fleet are built (and checked) before a run directory is made
@@ -61,7 +68,7 @@ def register(app: typer.Typer) -> None:
         if do_compare:
             rd = RunDir.unique(f"{cfg.name}-compare", root)
             rows, recs = compare(
-                cfg, COMPARE_METHODS, aggregator=aggregator, rounds=rounds, root=rd.path, env=env
+                cfg, compared, aggregator=aggregator, rounds=rounds, root=rd.path, env=env
             )
             rd.write_config(cfg.model_dump())
             rd.write_json("summary.json", rows)
@@ -122,6 +129,23 @@ def register(app: typer.Typer) -> None:
             )
         console.print(table)
         console.print(f"run directory: {rd.path}")
+
+
+def _compare_methods(methods: str | None, do_compare: bool) -> tuple[str, ...]:
+    """The methods ``--compare`` runs: ``--methods`` (checked, random first) or the seven of
+    Tables 3-4."""
+    if methods is None:
+        return COMPARE_METHODS
+    if not do_compare:
+        raise ConfigError("--methods chooses what --compare runs; add --compare, or use --selector")
+    names = [m.strip() for m in methods.split(",") if m.strip()]
+    bad = [m for m in names if m not in METHODS]
+    if bad or not names:
+        raise ConfigError(
+            f"--methods {methods!r}: unknown {', '.join(map(repr, bad)) or 'empty list'}; "
+            f"accepted: {', '.join(METHODS)}"
+        )
+    return tuple(dict.fromkeys(["random", *names]))  # random sets the target; no repeats
 
 
 # config fields a resumed run may change: how many rounds in all, where runs go, how the
