@@ -337,6 +337,8 @@ def oracle_summary(rows: list[dict], recs: dict[str, list[dict]]) -> dict | None
     names = ("oort", "oort-oracle", "fedhybrid")
     if not all(m in by and m in recs for m in names):
         return None
+    if "fedhybrid-oracle" in by and "fedhybrid-oracle" in recs:
+        names += ("fedhybrid-oracle",)  # FedHybrid's selector without the wall
     common = min(len(recs[m]) for m in names)
     last = max(1, common // 8)
     mean = {m: sum(r["accuracy"] for r in recs[m][common - last : common]) / last for m in names}
@@ -351,6 +353,8 @@ def oracle_summary(rows: list[dict], recs: dict[str, list[dict]]) -> dict | None
             "fedhybrid_vs_oort_points": 100 * (val["fedhybrid"] - val["oort"]),
             "fedhybrid_vs_oracle_points": 100 * (val["fedhybrid"] - val["oort-oracle"]),
         }
+        if "fedhybrid-oracle" in val:  # the selectors compared with no wall at all
+            out[key]["selector_points"] = 100 * (val["fedhybrid-oracle"] - val["oort-oracle"])
     return out
 
 
@@ -705,13 +709,16 @@ def main(argv: list[str] | None = None) -> int:
         print(f"target = Random's best accuracy {100 * rows[0]['target_accuracy']:.2f}%")
         orc = out.get("oracle", {}).get(agg)
         if orc is not None:
+            sel = "selector_points" in orc["final"]
             print("  FedHybrid Fig. 1 (points): the memory wall = Oort-Oracle - Oort; "
-                  "FedHybrid - Oort; FedHybrid - Oort-Oracle")  # fmt: skip
+                  "FedHybrid - Oort; FedHybrid - Oort-Oracle"
+                  + ("; FedHybrid-Oracle - Oort-Oracle (the selectors, no wall)" if sel else ""))  # fmt: skip
             for key, label in (("final", "final round"), ("best", "best round"),
                                ("last_mean", f"mean of the last {orc['last_rounds']}")):  # fmt: skip
                 d = orc[key]
+                tail = f"{d['selector_points']:>+8.1f}" if sel else ""
                 print(f"    {label:<22}{d['wall_points']:>+8.1f}{d['fedhybrid_vs_oort_points']:>+8.1f}"
-                      f"{d['fedhybrid_vs_oracle_points']:>+8.1f}")  # fmt: skip
+                      f"{d['fedhybrid_vs_oracle_points']:>+8.1f}{tail}")  # fmt: skip
     for u in out.get("uniform_plans", []):
         print(f"  {u['strategy']:<9} for {u['fraction']:.3f} M_G: demand "
               f"{u['demand'] if u['demand'] is not None else u['fraction']:.3f} M_G, "

@@ -40,3 +40,17 @@ def test_the_oracle_runs_oorts_selector_on_the_same_seed(env):
     for r in rec_o:
         assert r["outcomes"]["killed"] == 0 and r["outcomes"]["pressure"] == 0
     assert rec_p[0]["outcomes"]["killed"] + rec_p[0]["outcomes"]["pressure"] > 0
+
+
+def test_fedhybrids_oracle_sees_every_device_fit(env):
+    spec = METHODS["fedhybrid-oracle"]
+    assert spec.oracle and (spec.selector, spec.technique) == ("fedhybrid", "none")
+    real = FederatedServer(env, "fedhybrid", "fedavg", None, None)
+    oracle = FederatedServer(env, "fedhybrid-oracle", "fedavg", None, None)
+    assert (real._checkin.memory_budget < env.m_g).any()  # the fleet has constrained phones
+    assert (oracle._checkin.memory_budget >= env.m_g).all()  # MemStat (eq. 1) is 1 for all
+    big = env.budgets >= env.m_g
+    assert (oracle._checkin.memory_budget[big] == env.budgets[big]).all()
+    for r in oracle.run(2):
+        assert r["outcomes"]["killed"] == 0 and r["outcomes"]["pressure"] == 0
+        assert r["outcomes"]["planned"] == 0

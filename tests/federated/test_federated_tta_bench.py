@@ -74,6 +74,15 @@ def test_oracle_summary_is_fig1_on_the_fleet():
     # the last eighth of the 8 common rounds: round 8 alone, not the oracle's extra round
     assert out["last_mean"]["wall_points"] == pytest.approx(10.0)
     assert out["last_mean"]["fedhybrid_vs_oracle_points"] == pytest.approx(5.0)
+    assert "selector_points" not in out["final"]
+    rows3, recs3 = _rows_recs({
+        "random": [0.1] * 8, "oort": [0.5] * 8, "fedhybrid": [0.6] * 8,
+        "oort-oracle": [0.55] * 8, "fedhybrid-oracle": [0.52] * 7 + [0.65],
+    })  # fmt: skip
+    sel = mod.oracle_summary(rows3, recs3)
+    assert sel["final"]["selector_points"] == pytest.approx(10.0)  # 0.65 - 0.55
+    assert sel["last_mean"]["selector_points"] == pytest.approx(10.0)
+    assert sel["best"]["wall_points"] == pytest.approx(5.0)
     rows2, recs2 = _rows_recs({"random": [0.1], "oort": [0.2], "fedhybrid": [0.3]})
     assert mod.oracle_summary(rows2, recs2) is None  # no oracle row, no block
 
@@ -81,8 +90,9 @@ def test_oracle_summary_is_fig1_on_the_fleet():
 def test_tta_benchmark_prints_the_oracle_block(capsys):
     mod = load_benchmark("fedhybrid_tta")
     argv = ["--quick", "--aggregators", "fedprox", "--no-scale", "--no-ablations",
-            "--methods", "random,oort,fedhybrid,oort-oracle"]  # fmt: skip
+            "--methods", "random,oort,fedhybrid,oort-oracle,fedhybrid-oracle"]  # fmt: skip
     assert mod.main(argv) == 0
     text = capsys.readouterr().out
     assert "the memory wall = Oort-Oracle - Oort" in text
+    assert "FedHybrid-Oracle - Oort-Oracle (the selectors, no wall)" in text
     assert "oort-oracle" in text and "final round" in text

@@ -19,8 +19,11 @@ in one configuration for every client, generated on every device
 (:mod:`edgetrain.federated.baselines`); ``"per_client"`` restores the earlier rule (a plan of
 that one technique fitted to each client's budget by the server's plan service).
 ``oracle`` is FedHybrid §2's Oort-Oracle (Fig. 1): the same selector on the same fleet, with
-every device assumed to have the memory to train (no page reclaim, no kill). It is a reference
-for how much accuracy and time the memory wall costs a method, not a deployable system.
+every device assumed to have the memory to train (no page reclaim, no kill; its check-in reports
+at least M_G, so FedHybrid's MemStat is 1 for every client). It is a reference for how much
+accuracy and time the memory wall costs a method, not a deployable system. ``fedhybrid-oracle``
+is FedHybrid's selector under the same assumption, so FedHybrid − Oort splits into the selector's
+part (fedhybrid-oracle − oort-oracle) and the wall's.
 """
 
 from __future__ import annotations
@@ -49,6 +52,7 @@ METHODS: dict[str, MethodSpec] = {
     "oort+compress": MethodSpec("oort", "compress", uniform=True),  # Oort + GACT
     # FedHybrid Fig. 1's upper reference: Oort as if every device had the memory to train
     "oort-oracle": MethodSpec("oort", "none", oracle=True),
+    "fedhybrid-oracle": MethodSpec("fedhybrid", "none", oracle=True),
     # Fig. 17 ablations
     "fedhybrid-noselector": MethodSpec("random", "hybrid", regenerate=True),
     "fedhybrid-nooptimizer": MethodSpec("fedhybrid", "recompute", regenerate=True, optimizer=False),

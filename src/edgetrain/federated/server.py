@@ -207,7 +207,8 @@ class FederatedServer:
             raise ConfigError(f"executor {self.executor_name!r}; accepted: inprocess, ray")
         self._checkin = CheckIn(
             n_samples=env.n_samples,
-            memory_budget=env.budgets,
+            # the oracle's devices all have the memory to train: MemStat (eq. 1) is 1 for each
+            memory_budget=np.maximum(env.budgets, env.m_g) if self.method.oracle else env.budgets,
             step_time_s=env.step_time_s(),
             est_duration_s=env.est_duration_s(),
             m_g=env.m_g,
@@ -314,7 +315,7 @@ class FederatedServer:
             if plan.feasible:
                 demand = plan.demand_fraction * env.m_g
                 overhead, outcome = plan.overhead_factor, "planned"
-        if self.method.oracle:  # Fig. 1's Oort-Oracle: every device has the memory to train
+        if self.method.oracle:  # Fig. 1's oracle: every device has the memory to train
             demand = 0.0
         if demand > env.hard_limits[cid]:
             st.kills += 1
