@@ -328,6 +328,17 @@ def collapse_stats(recs: list[dict], label_share: list[float] | None = None) -> 
     return out
 
 
+def last_eighth(recs: dict[str, list[dict]]) -> tuple[int, int, dict[str, float]]:
+    """(common rounds, last, per method the mean accuracy over the last eighth of the rounds
+    every method in ``recs`` ran): one round's accuracy on a small test split is noisy."""
+    common = min(len(v) for v in recs.values())
+    last = max(1, common // 8)
+    mean = {
+        m: sum(r["accuracy"] for r in v[common - last : common]) / last for m, v in recs.items()
+    }
+    return common, last, mean
+
+
 def oracle_summary(rows: list[dict], recs: dict[str, list[dict]]) -> dict | None:
     """FedHybrid Fig. 1 on this fleet: how many points the memory wall costs Oort (Oort-Oracle
     minus Oort) and where FedHybrid lands against that ceiling, at the final round, the best
@@ -339,9 +350,7 @@ def oracle_summary(rows: list[dict], recs: dict[str, list[dict]]) -> dict | None
         return None
     if "fedhybrid-oracle" in by and "fedhybrid-oracle" in recs:
         names += ("fedhybrid-oracle",)  # FedHybrid's selector without the wall
-    common = min(len(recs[m]) for m in names)
-    last = max(1, common // 8)
-    mean = {m: sum(r["accuracy"] for r in recs[m][common - last : common]) / last for m in names}
+    common, last, mean = last_eighth({m: recs[m] for m in names})
     out: dict = {"last_rounds": last, "common_rounds": common}
     for key, val in (
         ("final", {m: by[m]["final_accuracy"] for m in names}),
@@ -369,17 +378,14 @@ def table3_summary(
     page reclaim, and over the common rounds its :func:`collapse_stats` (``label_share``:
     the training split's class shares)."""
     by = {r["method"]: r for r in rows if "skipped" not in r}
-    common = min(len(v) for v in recs.values())
+    common, last, last_mean = last_eighth(recs)
     marks = sorted({max(1, common * q // 4) for q in (1, 2, 3, 4)})
-    last = max(1, common // 8)
     target = rows[0].get("target_accuracy")
     out: dict = {
         "common_rounds": marks,
         "acc_at_round": {m: [acc_at_round(v, n) for n in marks] for m, v in recs.items()},
         "last_rounds": last,
-        "last_mean": {
-            m: sum(r["accuracy"] for r in v[common - last : common]) / last for m, v in recs.items()
-        },
+        "last_mean": last_mean,
         "round_to_target": {
             m: next(
                 (
