@@ -25,6 +25,11 @@ per round and peak RSS for 1 000 clients x 100 per round, in-process).
     .venv/bin/python benchmarks/fedhybrid_tta.py --task bbc-bert --aggregators fedprox \
         --no-scale --no-ablations --extend 1.5 \
         --methods random,oort,fedhybrid,oort+recompute,oort+swap,oort+compress
+    # FedHybrid §1's premise made explicit: 2 classes live only on the phones below M_G's
+    # physical memory (the ones a memory wall kills); accuracy on them per method
+    .venv/bin/python benchmarks/fedhybrid_tta.py --aggregators fedprox --no-scale \
+        --no-ablations --local-epochs 10 --batch 64 --low-memory-classes 2 \
+        --methods random,oort,fedhybrid,oort-oracle,fedhybrid-oracle,heterofl
 
 Round semantics (defaults, see edgetrain.federated.config): every selector picks
 int(1.3 x k) clients, the round closes at the k-th report or at the deadline (2 x the
@@ -216,14 +221,15 @@ def task_config(
     batch: int | None = None,
     plans: str | None = None,
     task: str = "mnist",
+    low_memory_classes: int = 0,
 ) -> FederatedConfig:
     """The benchmark task: one builder for every task, the task's own fields from
     ``TASK_FIELDS`` (:func:`mnist_task`, :func:`bbc_task`); the rest (Dirichlet alpha 0.1,
     FedProx mu 0.01, Yogi's eta/tau, the plan-cache bucket) is shared.
 
     ``semantics`` overrides federated fields (memstat, overcommit, failure_report,
-    deadline_factor, straggler_feedback, baseline_plans, baseline_plan_charge,
-    device_plan_generator) to reproduce older behaviour.
+    deadline_factor, straggler_feedback, partial_work, baseline_plans, baseline_plan_charge,
+    device_plan_generator) to reproduce older behaviour or try another round rule.
 
     ``local_epochs`` / ``batch``: the local work of every method alike (default: the task's
     steps and batch; FedHybrid §5.1's CV setting is ``local_epochs=10, batch=64``: 10 epochs
@@ -231,7 +237,11 @@ def task_config(
 
     ``plans``: a plans file saved by an earlier run (``--save-plans``, or a run directory's
     ``plans.json``) whose planner results every method reuses, so a rerun in another
-    process makes the same plans (they are otherwise made from op costs profiled here)."""
+    process makes the same plans (they are otherwise made from op costs profiled here).
+
+    ``low_memory_classes``: K classes whose training samples only the phones below M_G's
+    physical memory hold (``partition.low_memory_classes``; FedHybrid §1's "unique data" on
+    the devices a memory wall drops); 0 keeps the data independent of memory."""
     if task not in TASK_FIELDS:
         raise ValueError(f"unknown task {task!r}; accepted: {', '.join(TASK_FIELDS)}")
     t = TASK_FIELDS[task](quick)
@@ -244,7 +254,8 @@ def task_config(
         "data": {**t["data"], "max_samples": scale["samples"]},
         "model": t["model"],
         "fleet": {"clients": scale["clients"]},
-        "partition": {"scheme": "dirichlet", "alpha": 0.1},
+        "partition": {"scheme": "dirichlet", "alpha": 0.1,
+                      "low_memory_classes": low_memory_classes},
         "federated": {
             "rounds": scale["rounds"], "clients_per_round": scale["per_round"],
             "local_steps": scale["steps"], "batch_size": batch or t["batch"], "lr": t["lr"],
@@ -328,11 +339,16 @@ def collapse_stats(recs: list[dict], label_share: list[float] | None = None) -> 
     return out
 
 
+def tail_rounds(recs: dict[str, list[dict]]) -> tuple[int, int]:
+    """(the rounds every method in ``recs`` ran, the last eighth of them: at least one)."""
+    common = min(len(v) for v in recs.values())
+    return common, max(1, common // 8)
+
+
 def last_eighth(recs: dict[str, list[dict]]) -> tuple[int, int, dict[str, float]]:
     """(common rounds, last, per method the mean accuracy over the last eighth of the rounds
     every method in ``recs`` ran): one round's accuracy on a small test split is noisy."""
-    common = min(len(v) for v in recs.values())
-    last = max(1, common // 8)
+    common, last = tail_rounds(recs)
     mean = {
         m: sum(r["accuracy"] for r in v[common - last : common]) / last for m, v in recs.items()
     }
@@ -364,6 +380,37 @@ def oracle_summary(rows: list[dict], recs: dict[str, list[dict]]) -> dict | None
         }
         if "fedhybrid-oracle" in val:  # the selectors compared with no wall at all
             out[key]["selector_points"] = 100 * (val["fedhybrid-oracle"] - val["oort-oracle"])
+    return out
+
+
+def held_summary(recs: dict[str, list[dict]], held: tuple[int, ...]) -> dict | None:
+    """Per method, the mean test accuracy on the classes only low-memory phones hold
+    (``held``) and on the others, at the final round and over the last eighth of the common
+    rounds: whether the wall's data reaches the global model. None when no class is held."""
+    if not held:
+        return None
+    common, last = tail_rounds(recs)
+
+    def split(rec: dict) -> tuple[float, float] | None:
+        ca = rec.get("class_accuracy")
+        if not ca:
+            return None
+        inside = [ca[c] for c in held if ca[c] is not None]
+        outside = [a for c, a in enumerate(ca) if c not in held and a is not None]
+        return sum(inside) / len(inside), sum(outside) / len(outside)
+
+    out: dict = {"classes": list(held), "last_rounds": last, "common_rounds": common}
+    for m, v in recs.items():
+        fin = split(v[-1])
+        tail = [x for x in (split(r) for r in v[common - last : common]) if x is not None]
+        if fin is None or not tail:
+            continue
+        out[m] = {
+            "final_held": fin[0],
+            "final_other": fin[1],
+            "last_held": sum(t[0] for t in tail) / len(tail),
+            "last_other": sum(t[1] for t in tail) / len(tail),
+        }
     return out
 
 
@@ -593,6 +640,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--deadline-factor", type=float, default=None)
     ap.add_argument("--straggler-feedback", choices=("average", "none"), default=None)
     ap.add_argument(
+        "--partial-work", action="store_true",
+        help="FedProx's partial work: a client still training at the round's close sends the "
+        "local steps it finished and is aggregated (every method alike)",
+    )  # fmt: skip
+    ap.add_argument(
         "--baseline-plans", choices=("uniform", "per_client"), default=None,
         help="Table 4 baselines: one fleet-wide Melon/Capuchin/GACT plan, or per-client plans",
     )  # fmt: skip
@@ -620,6 +672,11 @@ def main(argv: list[str] | None = None) -> int:
     )  # fmt: skip
     ap.add_argument("--save-plans", default=None, help="write the planner results to this file")
     ap.add_argument(
+        "--low-memory-classes", type=int, default=0,
+        help="K classes whose samples only the phones below M_G's physical memory hold "
+        "(FedHybrid §1's unique data on low-end devices); 0: data independent of memory",
+    )  # fmt: skip
+    ap.add_argument(
         "--mechanism-checks", action="store_true",
         help="also run the optimizer / compression / predictor ablations under Random "
         "selection (compare with fedhybrid-noselector)",
@@ -635,6 +692,7 @@ def main(argv: list[str] | None = None) -> int:
             "failure_report": args.failure_report,
             "deadline_factor": args.deadline_factor,
             "straggler_feedback": args.straggler_feedback,
+            "partial_work": True if args.partial_work else None,
             "baseline_plans": args.baseline_plans,
             "baseline_plan_charge": args.baseline_plan_charge,
             "device_plan_generator": args.device_plan_generator,
@@ -652,6 +710,7 @@ def main(argv: list[str] | None = None) -> int:
         cfg = task_config(
             args.quick, agg, args.seed, args.rounds, args.m_g, semantics,
             local_epochs=args.local_epochs, batch=args.batch, plans=args.plans, task=args.task,
+            low_memory_classes=args.low_memory_classes,
         )  # fmt: skip
         env = build_environment(cfg)
         methods = tuple(args.methods.split(","))
@@ -661,6 +720,9 @@ def main(argv: list[str] | None = None) -> int:
         orc = oracle_summary(rows, recs)
         if orc is not None:
             out.setdefault("oracle", {})[agg] = orc
+        hs = held_summary(recs, env.low_memory_classes)
+        if hs is not None:
+            out.setdefault("held", {})[agg] = hs
         if args.task != "mnist":  # the MNIST JSON stays as before
             ys = env.train.y.numpy()
             counts = np.bincount(ys, minlength=int(max(ys.max(), env.test.y.numpy().max())) + 1)
@@ -725,6 +787,15 @@ def main(argv: list[str] | None = None) -> int:
                 tail = f"{d['selector_points']:>+8.1f}" if sel else ""
                 print(f"    {label:<22}{d['wall_points']:>+8.1f}{d['fedhybrid_vs_oort_points']:>+8.1f}"
                       f"{d['fedhybrid_vs_oracle_points']:>+8.1f}{tail}")  # fmt: skip
+        hs = out.get("held", {}).get(agg)
+        if hs is not None:
+            print(f"  classes {hs['classes']} live only on phones below M_G's physical memory: "
+                  f"test accuracy on them / on the other classes, final round and mean of the "
+                  f"last {hs['last_rounds']}")  # fmt: skip
+            for m, d in hs.items():
+                if isinstance(d, dict):
+                    print(f"    {m:<18}{100 * d['final_held']:>7.1f}%{100 * d['final_other']:>7.1f}%"
+                          f"{100 * d['last_held']:>9.1f}%{100 * d['last_other']:>7.1f}%")  # fmt: skip
     for u in out.get("uniform_plans", []):
         print(f"  {u['strategy']:<9} for {u['fraction']:.3f} M_G: demand "
               f"{u['demand'] if u['demand'] is not None else u['fraction']:.3f} M_G, "

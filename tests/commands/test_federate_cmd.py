@@ -101,3 +101,49 @@ def test_methods_errors_name_the_value_and_the_accepted(tmp_path):
         assert r.exit_code != 0
         assert expected in str(r.exception) + r.output
     assert not (tmp_path / "runs").exists()  # refused before a run directory is made
+
+
+def test_federate_runs_held_classes_with_partial_work(tmp_path):
+    """Data only low-memory phones hold, FedProx's partial work: from the command, every
+    round's metrics carry the per-class accuracy and the partial updates."""
+    cfg = json.loads(json.dumps(CFG))
+    cfg["partition"] = {"low_memory_classes": 2}
+    cfg["federated"].update(partial_work=True, rounds=2)
+    path = tmp_path / "h.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    r = CliRunner().invoke(
+        app, ["federate", str(path), "--output-root", str(tmp_path / "runs"), "--json"]
+    )
+    assert r.exit_code == 0, r.output
+    rows = [json.loads(x) for x in (tmp_path / "runs" / "cli" / "metrics.jsonl").open()]
+    for row in rows:
+        assert len(row["class_accuracy"]) == 10 and "partial" in row and "partial_share" in row
+    cfg["partition"] = {"low_memory_classes": 12}
+    path.write_text(yaml.safe_dump(cfg))
+    r = CliRunner().invoke(
+        app, ["federate", str(path), "--output-root", str(tmp_path / "bad"), "--json"]
+    )
+    said = str(r.exception) + r.output
+    assert r.exit_code != 0 and "low_memory_classes" in said and "at most 9" in said
+    assert not (tmp_path / "bad").exists()  # refused before a run directory is made
+
+
+def test_every_federated_example_config_is_valid():
+    from pathlib import Path
+
+    from edgetrain.config import load_config
+    from edgetrain.federated import FederatedConfig, build_environment
+
+    root = Path(__file__).resolve().parents[2] / "examples"
+    paths = sorted(root.glob("federated-*.yaml"))
+    assert len(paths) >= 6
+    for p in paths:
+        cfg = load_config(p, schema=FederatedConfig)
+        assert cfg.name == p.stem
+    low = load_config(root / "federated-mnist-lowmem.yaml", schema=FederatedConfig)
+    env = build_environment(low)
+    y = env.train.y.numpy()
+    wall = env.hard_limits < env.m_g
+    assert len(env.low_memory_classes) == 2 and low.federated.partial_work
+    held = [c for c, part in enumerate(env.parts) if set(y[part]) & set(env.low_memory_classes)]
+    assert held and all(wall[c] for c in held)

@@ -12,6 +12,7 @@ from edgetrain.data import (
     js_divergence,
     partition_by_group,
     partition_dirichlet,
+    partition_dirichlet_held,
     partition_iid,
 )
 from edgetrain.errors import DataError
@@ -122,3 +123,55 @@ def test_dirichlet_repairs_a_draw_that_leaves_parts_short():
     assert min(len(p) for p in parts) >= 3
     with pytest.raises(DataError, match="n_parts"):
         partition_dirichlet(y, 0, 1.0)
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    labels=st.lists(st.integers(0, 5), min_size=30, max_size=300),
+    n_parts=st.integers(2, 10),
+    alpha=st.sampled_from([0.01, 0.3, 1.0, 10.0]),
+    seed=st.integers(0, 1000),
+    data=st.data(),
+)
+def test_held_classes_live_only_on_their_holders(labels, n_parts, alpha, seed, data):
+    y = np.array(labels)
+    present = sorted(set(labels))
+    if len(present) < 2:
+        return
+    held = data.draw(st.lists(st.sampled_from(present), min_size=1, max_size=len(present) - 1))
+    holders = data.draw(st.lists(st.integers(0, n_parts - 1), min_size=1, max_size=n_parts))
+    if int((~np.isin(y, held)).sum()) < n_parts:
+        with pytest.raises(DataError, match="hold fewer classes"):
+            partition_dirichlet_held(y, n_parts, alpha, held, holders, seed=seed)
+        return
+    if len(set(holders)) > int(np.isin(y, held).sum()):
+        with pytest.raises(DataError, match="holders"):
+            partition_dirichlet_held(y, n_parts, alpha, held, holders, seed=seed)
+        return
+    parts = partition_dirichlet_held(y, n_parts, alpha, held, holders, seed=seed)
+    _assert_exact_cover(parts, len(y))
+    assert min(len(p) for p in parts) >= 1
+    for j, p in enumerate(parts):
+        if j not in holders:
+            assert not np.isin(y[p], held).any()
+    again = partition_dirichlet_held(y, n_parts, alpha, held, holders, seed=seed)
+    assert all(np.array_equal(a, b) for a, b in zip(parts, again, strict=True))
+
+
+def test_held_classes_split_the_rest_like_dirichlet_and_reject_bad_arguments():
+    y = np.arange(200) % 4
+    # nothing held: exactly partition_dirichlet
+    same = partition_dirichlet_held(y, 5, 0.5, [], [0], seed=7)
+    ref = partition_dirichlet(y, 5, 0.5, seed=7)
+    assert all(np.array_equal(a, b) for a, b in zip(same, ref, strict=True))
+    parts = partition_dirichlet_held(y, 5, 0.5, [3], [1, 4], seed=7)
+    on = {j: int(np.isin(y[p], [3]).sum()) for j, p in enumerate(parts)}
+    assert on[0] == on[2] == on[3] == 0 and on[1] + on[4] == 50
+    with pytest.raises(DataError, match="no samples"):
+        partition_dirichlet_held(y, 5, 0.5, [9], [1], seed=7)
+    with pytest.raises(DataError, match="every class"):
+        partition_dirichlet_held(y, 5, 0.5, [0, 1, 2, 3], [1], seed=7)
+    with pytest.raises(DataError, match="part indices in 0..4"):
+        partition_dirichlet_held(y, 5, 0.5, [3], [5], seed=7)
+    with pytest.raises(DataError, match="part indices"):
+        partition_dirichlet_held(y, 5, 0.5, [3], [], seed=7)

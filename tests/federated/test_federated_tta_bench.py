@@ -96,3 +96,32 @@ def test_tta_benchmark_prints_the_oracle_block(capsys):
     assert "the memory wall = Oort-Oracle - Oort" in text
     assert "FedHybrid-Oracle - Oort-Oracle (the selectors, no wall)" in text
     assert "oort-oracle" in text and "final round" in text
+
+
+def test_held_summary_splits_the_accuracy_by_who_holds_the_class():
+    mod = load_benchmark("fedhybrid_tta")
+    ca = lambda a, b: [a, a, b, b]  # noqa: E731 -- classes 2 and 3 held
+    recs = {
+        "oort": [{"class_accuracy": ca(0.8, 0.0)}] * 8,
+        "fedhybrid": [{"class_accuracy": ca(0.9, 0.1)}] * 7 + [{"class_accuracy": ca(0.7, 0.5)}],
+    }
+    out = mod.held_summary(recs, (2, 3))
+    assert out["classes"] == [2, 3] and out["last_rounds"] == 1
+    assert out["oort"] == {"final_held": 0.0, "final_other": 0.8, "last_held": 0.0,
+                           "last_other": 0.8}  # fmt: skip
+    assert out["fedhybrid"]["final_held"] == pytest.approx(0.5)
+    assert out["fedhybrid"]["final_other"] == pytest.approx(0.7)
+    assert mod.held_summary(recs, ()) is None
+
+
+def test_tta_benchmark_prints_the_held_block(capsys):
+    mod = load_benchmark("fedhybrid_tta")
+    argv = ["--quick", "--aggregators", "fedprox", "--no-scale", "--no-ablations",
+            "--methods", "random,oort,fedhybrid", "--low-memory-classes", "2",
+            "--partial-work", "--json"]  # fmt: skip
+    assert mod.main(argv) == 0
+    out = json.loads(capsys.readouterr().out)
+    held = out["held"]["fedprox"]
+    assert len(held["classes"]) == 2
+    assert {"random", "oort", "fedhybrid"} <= set(held)
+    assert out["semantics"]["partial_work"] is True

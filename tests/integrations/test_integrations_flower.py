@@ -174,3 +174,15 @@ def test_local_epochs_are_refused_with_the_accepted_alternative(env):
     )
     with pytest.raises(ConfigError, match="local_epochs: 10 .* set federated.local_steps"):
         make_strategy(epochs, env, "fedhybrid")
+
+
+def test_partial_work_is_refused_with_the_accepted_alternative(env):
+    from edgetrain.integrations.flower.simulation import make_strategy
+
+    partial = CFG.model_copy(
+        update={"federated": CFG.federated.model_copy(update={"partial_work": True})}
+    )
+    with pytest.raises(
+        ConfigError, match="partial_work: true .* set federated.partial_work: false"
+    ):
+        make_strategy(partial, env, "fedhybrid")

@@ -49,6 +49,28 @@ def test_client_cost_hand_computed():
         client_cost(dev, samples=1, flops_per_sample=1, model_bytes=1, overhead_factor=0.5)
 
 
+def test_a_truncated_cost_pays_setup_and_transfers_whole_and_a_share_of_training():
+    dev = generate_fleet(1, seed=3)[0]
+    c = client_cost(dev, samples=160, flops_per_sample=3e8, model_bytes=1.4e7,
+                    overhead_factor=1.25, pressure=2.0, extra_compute_s=7.0)  # fmt: skip
+    assert c.setup_s == 7.0
+    # the training energy is the compute + page-reclaim part, without set-up or radio
+    radio = energy_j(dev, tx_bytes=1.4e7, rx_bytes=1.4e7)
+    setup = energy_j(dev, compute_s=7.0)
+    assert c.train_energy_j == pytest.approx(c.energy_j - radio - setup)
+    full = c.truncated(1.0)
+    assert full.total_s == pytest.approx(c.total_s) and full.energy_j == pytest.approx(c.energy_j)
+    q = c.truncated(0.25)
+    assert q.compute_s == pytest.approx(7.0 + 0.25 * (c.compute_s - 7.0))
+    assert q.penalty_s == pytest.approx(0.25 * c.penalty_s)
+    assert (q.download_s, q.upload_s) == (c.download_s, c.upload_s)
+    assert q.energy_j == pytest.approx(radio + setup + 0.25 * c.train_energy_j)
+    none = c.truncated(0.0)
+    assert none.compute_s == pytest.approx(7.0) and none.energy_j == pytest.approx(radio + setup)
+    with pytest.raises(ConfigError, match=r"share must be in \[0, 1\]"):
+        c.truncated(1.5)
+
+
 def test_memory_model_orders_devices_and_kills_only_above_hard_limit():
     fleet = generate_fleet(200, seed=0)
     mm = MemoryModel()

@@ -17,6 +17,7 @@ from edgetrain.data.partition import (
     js_divergence,
     partition_by_group,
     partition_dirichlet,
+    partition_dirichlet_held,
     partition_iid,
 )
 from edgetrain.data.registry import catalog, load, names, options
@@ -40,6 +41,7 @@ __all__ = [
     "options",
     "partition_by_group",
     "partition_dirichlet",
+    "partition_dirichlet_held",
     "partition_iid",
     "read_ts",
     "synthetic_sensor",

@@ -1,4 +1,5 @@
-"""Splitting one data set across a fleet: IID, by subject, Dirichlet non-IID.
+"""Splitting one data set across a fleet: IID, by subject, Dirichlet non-IID (optionally with
+some classes held by chosen devices only).
 
 Every partitioner returns a list of sorted int64 index arrays that are pairwise
 disjoint and together cover the samples they were given, so ``ds.subset(part)``
@@ -145,6 +146,67 @@ def partition_dirichlet(
                 parts[j] = np.append(parts[j], parts[donor][k])
                 parts[donor] = np.delete(parts[donor], k)
     return [np.sort(q) for q in parts]
+
+
+def partition_dirichlet_held(
+    labels: ArrayLike,
+    n_parts: int,
+    alpha: float,
+    held_classes: Sequence[int],
+    holders: Sequence[int],
+    seed: int = 0,
+    min_size: int = 1,
+) -> list[np.ndarray]:
+    """:func:`partition_dirichlet`, except that the samples of ``held_classes`` go only to
+    the parts listed in ``holders`` (their own Dirichlet split among those parts).
+
+    Data that only some devices hold: FedHybrid §1's "unique data" on the low-end phones a
+    memory wall drops. The other classes are split over all ``n_parts`` parts as
+    :func:`partition_dirichlet` splits them (every part gets ``min_size`` of them), so a
+    holder's part is the union of its two shares. With ``held_classes`` empty the result is
+    ``partition_dirichlet(labels, n_parts, alpha, seed, min_size)``.
+    """
+    y = _np(labels, "labels")
+    _check_parts(n_parts, len(y))
+    held = sorted({int(c) for c in held_classes})
+    if not held:
+        return partition_dirichlet(y, n_parts, alpha, seed=seed, min_size=min_size)
+    present = set(np.unique(y).tolist())
+    missing = [c for c in held if c not in present]
+    if missing:
+        raise DataError(
+            f"held_classes {missing} have no samples; the labels hold classes {sorted(present)}"
+        )
+    if len(held) >= len(present):
+        raise DataError(
+            f"held_classes {held} cover every class; leave at least one class for all parts "
+            f"(at most {len(present) - 1} held classes)"
+        )
+    hold = sorted({int(h) for h in holders})
+    if not hold or hold[0] < 0 or hold[-1] >= n_parts:
+        raise DataError(
+            f"holders must be a non-empty set of part indices in 0..{n_parts - 1}, got "
+            f"{list(holders)!r}"
+        )
+    in_held = np.isin(y, held)
+    rest = np.flatnonzero(~in_held)
+    mine = np.flatnonzero(in_held)
+    if len(rest) < max(1, min_size) * n_parts:
+        raise DataError(
+            f"the classes not held have {len(rest)} samples, fewer than {max(1, min_size)} for "
+            f"each of the {n_parts} parts; hold fewer classes"
+        )
+    if len(hold) > len(mine):
+        raise DataError(
+            f"{len(hold)} holders but only {len(mine)} samples of held_classes {held}; "
+            "use fewer holders or more held classes"
+        )
+    base = partition_dirichlet(y[rest], n_parts, alpha, seed=seed, min_size=min_size)
+    extra = partition_dirichlet(y[mine], len(hold), alpha, seed=seed + 1, min_size=0)
+    parts = [rest[b] for b in base]
+    for j, e in zip(hold, extra, strict=True):
+        parts[j] = np.concatenate([parts[j], mine[e]])
+    return [np.sort(q).astype(np.int64) for q in parts]
 
 
 def _js(p: np.ndarray, q: np.ndarray) -> float:

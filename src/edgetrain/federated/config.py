@@ -61,6 +61,23 @@ class FleetSection(_Strict):
 class PartitionSection(_Strict):
     scheme: Literal["dirichlet", "iid"] = "dirichlet"
     alpha: float = Field(0.1, gt=0.0)  # FedHybrid §5.2: Dirichlet alpha = 0.1
+    # FedHybrid §1: "the unique data on [low-end devices] are underrepresented in the global
+    # model" when they are dropped. K (or a list of class ids): those classes' training
+    # samples live only on the phones whose physical memory cannot hold M_G (the ones an
+    # unplanned method loses to kills), split among them by Dirichlet(alpha); the other
+    # classes are split over every phone. 0: data independent of memory (the default).
+    low_memory_classes: int | list[int] = 0
+
+    @field_validator("low_memory_classes")
+    @classmethod
+    def _held(cls, v: int | list[int]) -> int | list[int]:
+        if isinstance(v, int):
+            if v < 0:
+                raise ValueError("must be a class count >= 0 or a list of class ids")
+            return v
+        if not v or len(set(v)) != len(v) or min(v) < 0:
+            raise ValueError("a list of class ids must be non-empty, distinct and >= 0")
+        return sorted(v)
 
 
 class YogiSection(_Strict):
@@ -118,6 +135,12 @@ class FederatedSection(_Strict):
     # round_completion_handler: "assign avg reward to explored, but not ran workers"),
     # "none" tells the selector only that it failed
     straggler_feedback: Literal["average", "none"] = "average"
+    # FedProx's partial work (Li et al., MLSys 2020, §3 "gamma-inexact solutions" and §5.2:
+    # "incorporating partial updates from stragglers" instead of dropping them): a selected
+    # client still training when the round closes stops there, uploads the steps it
+    # finished (at least one) and is aggregated with its sample count as weight. Its clock
+    # and energy count only those steps. false: stragglers are discarded (FedAvg's rule).
+    partial_work: bool = False
     # Table 4's baselines (oort+recompute / +swap / +compress): "uniform" -- Melon, Capuchin,
     # GACT as FedHybrid §5.2-5.3 describes them, one configuration for every client sized
     # for the fleet's smallest predicted budget, its overhead paid by every client, the plan

@@ -18,9 +18,9 @@ from torch import nn
 
 from edgetrain import data as data_mod
 from edgetrain import models
-from edgetrain.data import Dataset, partition_dirichlet, partition_iid
+from edgetrain.data import Dataset, partition_dirichlet, partition_dirichlet_held, partition_iid
 from edgetrain.devices import FEDHYBRID_MEMORY_MIX, DeviceProfile, generate_fleet
-from edgetrain.errors import ConfigError
+from edgetrain.errors import ConfigError, DataError
 from edgetrain.federated.config import DEFAULT_M_G_SHARE, FederatedConfig
 from edgetrain.sim.clock import TRAIN_FLOPS_PER_FORWARD, client_cost
 from edgetrain.sim.memory import MemoryModel
@@ -64,6 +64,9 @@ class Environment:
     model_bytes: float
     n_samples: np.ndarray = field(init=False)
     plan_service: Any = None  # the PlanService shared by every server on this environment
+    # classes whose training samples only the phones below M_G's physical memory hold
+    # (``partition.low_memory_classes``); () when the data is independent of memory
+    low_memory_classes: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
         self.n_samples = np.array([len(p) for p in self.parts], dtype=np.int64)
@@ -137,10 +140,6 @@ def build_environment(cfg: FederatedConfig) -> Environment:
     if n > len(train):
         raise ConfigError(f"fleet.clients={n} exceeds the {len(train)} training samples")
     y = train.y.numpy()
-    if cfg.partition.scheme == "dirichlet":
-        parts = partition_dirichlet(y, n, cfg.partition.alpha, seed=cfg.seed, min_size=1)
-    else:
-        parts = partition_iid(len(train), n, seed=cfg.seed)
     mix = cfg.fleet.memory_mix or FEDHYBRID_MEMORY_MIX
     fleet = generate_fleet(n, cfg.seed, memory_mix=mix, compute_spread=cfg.fleet.compute_spread)
     mem = MemoryModel()
@@ -150,6 +149,31 @@ def build_environment(cfg: FederatedConfig) -> Environment:
     limits = np.array([mem.hard_limit(p) for p in fleet])
     m_g_text = cfg.memory.m_g or f"share:{DEFAULT_M_G_SHARE.get(cfg.model.name, 0.4)}"
     m_g = parse_m_g(m_g_text, budgets)
+    held = held_classes(cfg, y)
+    if held:
+        if cfg.partition.scheme != "dirichlet":
+            raise ConfigError(
+                "partition.low_memory_classes splits the held classes by Dirichlet(alpha); "
+                f"it needs partition.scheme: dirichlet, got {cfg.partition.scheme!r} (a large "
+                "alpha, e.g. 100, is near IID)"
+            )
+        holders = np.flatnonzero(limits < m_g)
+        if len(holders) == 0:
+            raise ConfigError(
+                f"partition.low_memory_classes {list(held)} needs phones whose physical memory "
+                f"cannot hold M_G ({m_g / 2**30:.2f} GiB), and none of the {n} has less; raise "
+                "memory.m_g (e.g. share:0.6) or set partition.low_memory_classes: 0"
+            )
+        try:
+            parts = partition_dirichlet_held(
+                y, n, cfg.partition.alpha, held, holders.tolist(), seed=cfg.seed, min_size=1
+            )
+        except DataError as e:
+            raise ConfigError(f"partition.low_memory_classes: {e}") from None
+    elif cfg.partition.scheme == "dirichlet":
+        parts = partition_dirichlet(y, n, cfg.partition.alpha, seed=cfg.seed, min_size=1)
+    else:
+        parts = partition_iid(len(train), n, seed=cfg.seed)
     probe = models.build(cfg.model.name, seed=cfg.seed, **cfg.model.options)
     if tuple(probe.input_shape) != tuple(train.input_shape):
         raise ConfigError(
@@ -160,7 +184,39 @@ def build_environment(cfg: FederatedConfig) -> Environment:
     nbytes = cfg.clock.model_bytes or float(
         sum(t.numel() * t.element_size() for t in probe.state_dict().values())
     )
-    return Environment(cfg, train, test, parts, fleet, mem, m_g, budgets, limits, flops, nbytes)
+    return Environment(
+        cfg, train, test, parts, fleet, mem, m_g, budgets, limits, flops, nbytes,
+        low_memory_classes=held,
+    )  # fmt: skip
+
+
+def held_classes(cfg: FederatedConfig, y: np.ndarray) -> tuple[int, ...]:
+    """The classes ``partition.low_memory_classes`` names: its list as given, or K classes
+    drawn by the seed from those the training split holds (sorted); () when 0."""
+    spec = cfg.partition.low_memory_classes
+    present = np.unique(y)
+    if isinstance(spec, int):
+        if spec == 0:
+            return ()
+        if spec >= len(present):
+            raise ConfigError(
+                f"partition.low_memory_classes: {spec} classes leave none for the other "
+                f"phones; the data has {len(present)} classes, so give at most {len(present) - 1}"
+            )
+        pick = np.random.default_rng([cfg.seed, 23]).choice(present, spec, replace=False)
+        return tuple(sorted(int(c) for c in pick))
+    unknown = sorted(set(spec) - set(present.tolist()))
+    if unknown:
+        raise ConfigError(
+            f"partition.low_memory_classes: classes {unknown} are not in the data; it has "
+            f"classes {present.tolist()}"
+        )
+    if len(spec) >= len(present):
+        raise ConfigError(
+            f"partition.low_memory_classes: {spec} names every class; give at most "
+            f"{len(present) - 1}"
+        )
+    return tuple(spec)
 
 
 def as_tensor_index(idx: np.ndarray) -> torch.Tensor:

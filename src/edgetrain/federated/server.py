@@ -23,7 +23,9 @@ One round (FedHybrid §4.1 workflow):
    utility as FedScale does) or, with fewer reports, at the round's deadline: a killed or
    dropped client never reports, so the server learns of its failure only when the
    deadline passes (Bonawitz et al., MLSys 2019 §2.2; ``failure_report = "immediate"``
-   restores the earlier rule that the server hears of it at once);
+   restores the earlier rule that the server hears of it at once); with
+   ``partial_work`` (FedProx, Li et al. MLSys 2020) a client still training at the close
+   stops, uploads the local steps it finished in time and is aggregated too;
 6. the global model is evaluated on the held-out test set (real accuracy and loss).
 
 Every round writes one line to ``metrics.jsonl`` and a checkpoint (``checkpoint/
@@ -405,25 +407,24 @@ class FederatedServer:
         # the first k reports are aggregated; later ones arrive after the round closed
         # (FedScale tictak_client_tasks: top-k completion times, the rest are stragglers)
         first = {c.cid for c in reported[:k]}
-        train = [c for c in rounds if c.cid in first]
-        surplus = list(reported[k:])
-        tasks = [
-            ClientTask(
-                c.cid,
-                r,
-                c.width,
-                *env.local_work(c.cid)[:2],  # steps, batch
-                f.lr,
-                self.aggregator.proximal_mu,
-                _seed(env.config.seed, r, c.cid, 2),
-                _codec_share(c),
+        round_s = self._round_time(rounds, reported, k)
+        # FedProx's partial work: a client still training at the close uploads what it has
+        partial = self._partial_steps(rounds, first, round_s) if f.partial_work else {}
+        train = [c for c in rounds if c.cid in first or c.cid in partial]
+        surplus = [c for c in reported[k:] if c.cid not in partial]
+        tasks = []
+        for c in train:
+            steps, batch = env.local_work(c.cid)[:2]
+            tasks.append(
+                ClientTask(
+                    c.cid, r, c.width, partial.get(c.cid, (steps, 1.0))[0], batch, f.lr,
+                    self.aggregator.proximal_mu, _seed(env.config.seed, r, c.cid, 2),
+                    _codec_share(c),
+                )
             )  # fmt: skip
-            for c in train
-        ]
         results = self.executor.run(self.global_state, tasks)
         updates = [(res.state, float(res.n_samples)) for res in results]
         self.global_state = self.aggregator.aggregate(self.global_state, updates)
-        round_s = self._round_time(rounds, reported, k)
         self.sim_time += round_s
         # feedback to the selector
         by_cid = {c.cid: res for c, res in zip(train, results, strict=True)}
@@ -445,10 +446,15 @@ class FederatedServer:
         # evaluation (real)
         acc = loss = None
         pred_hist: list[int] | None = None
+        class_acc: list[float | None] | None = None
         if r % f.eval_every == 0 or r == f.rounds:
             self.model.load_state_dict(self.global_state)
-            loss, acc, pred_hist = _evaluate_hist(self.model, env.test.x, env.test.y)
-        energy = [c.cost.energy_j for c in rounds if c.cost is not None]
+            loss, acc, pred_hist, class_acc = _evaluate_hist(self.model, env.test.x, env.test.y)
+        energy = [
+            (c.cost.truncated(partial[c.cid][1]) if c.cid in partial else c.cost).energy_j
+            for c in rounds
+            if c.cost is not None
+        ]
         participation: dict[str, dict[str, int]] = {}
         for c in rounds:
             row = participation.setdefault(env.memory_class(c.cid), {"selected": 0, "completed": 0})
@@ -481,10 +487,19 @@ class FederatedServer:
             "outcomes": decisions,
             "plan_decisions": plan_decisions,
             "compressed_clients": sum(1 for t in tasks if t.codec_share),
+            # aggregated partial updates (federated.partial_work) and their mean share of
+            # the local steps
+            "partial": len(partial),
+            "partial_share": (
+                sum(v[1] for v in partial.values()) / len(partial) if partial else None
+            ),
             # the test split's predictions per class (one class near len(test) = the model
             # predicts one class) and the label counts of the aggregated clients' partitions
             # (their sample-weighted class mix: the aggregation weights are sample counts)
             "pred_hist": pred_hist,
+            # test accuracy per class (None for a class the test split lacks): where data
+            # lives only on some phones (partition.low_memory_classes), whether it is learnt
+            "class_accuracy": class_acc,
             "aggregated_labels": self._label_counts([c.cid for c in train]),
             # aggregated updates trained under a plan (the plan machinery's reach)
             "planned_aggregated": sum(
@@ -528,6 +543,29 @@ class FederatedServer:
         if not idx:
             return [0] * n
         return torch.bincount(y[torch.as_tensor(idx, dtype=torch.long)], minlength=n).tolist()
+
+    def _partial_steps(
+        self, rounds: list[ClientRound], first: set[int], close_s: float
+    ) -> dict[int, tuple[int, float]]:
+        """``{cid: (steps, share)}`` for the clients still training when the round closes at
+        ``close_s`` (reported after it, or past the deadline) that finish at least one
+        local step in time: each stops at ``close_s`` less its upload and sends the steps it
+        finished (FedProx's partial work). Killed and dropped clients have nothing to send."""
+        out: dict[int, tuple[int, float]] = {}
+        for c in rounds:
+            if c.cid in first or c.cost is None or c.outcome not in (*TRAIN_OUTCOMES, "late"):
+                continue
+            if c.cost.total_s <= close_s:
+                continue
+            cost = c.cost
+            train_s = cost.compute_s - cost.setup_s
+            avail = close_s - cost.download_s - cost.setup_s - cost.upload_s
+            steps = self.env.local_work(c.cid)[0]
+            done = int(math.floor(steps * avail / train_s + 1e-9)) if train_s > 0 else steps
+            if done >= 1:
+                done = min(done, steps)
+                out[c.cid] = (done, done / steps)
+        return out
 
     def _round_time(self, rounds: list[ClientRound], reported: list[ClientRound], k: int) -> float:
         """Simulated length of a round.
@@ -793,19 +831,32 @@ def _check_checkpoint_state(state: Any, where: str) -> dict[str, Any]:
 
 def _evaluate_hist(
     model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor
-) -> tuple[float, float, list[int]]:
+) -> tuple[float, float, list[int], list[float | None]]:
     """:func:`~edgetrain.engine.trainer.evaluate` (same loss and accuracy) plus the count of
-    test samples predicted as each class."""
-    counts: list[torch.Tensor] = []
+    test samples predicted as each class and the accuracy on each class's test samples
+    (None where the test split has none of it)."""
+    preds: list[torch.Tensor] = []
+    width = [0]
 
     def forward(*xb):
         out = model(*xb)
-        counts.append(torch.bincount(out.argmax(dim=1), minlength=out.shape[1]))
+        preds.append(out.argmax(dim=1))
+        width[0] = out.shape[1]
         return out
 
-    loss, acc = evaluate(model, x, y, forward=forward)
-    hist = torch.stack(counts).sum(0).tolist() if counts else []
-    return loss, acc, hist
+    loss, acc = evaluate(model, x, y, forward=forward)  # batches in order, unshuffled
+    if not preds:
+        return loss, acc, [], []
+    p = torch.cat(preds)
+    k = max(width[0], int(y.max()) + 1)
+    hist = torch.bincount(p, minlength=k).tolist()
+    support = torch.bincount(y, minlength=k)
+    hits = torch.bincount(y[p == y], minlength=k)
+    per_class = [
+        round(int(h) / int(n), 6) if int(n) else None
+        for h, n in zip(hits.tolist(), support.tolist(), strict=True)
+    ]
+    return loss, acc, hist, per_class
 
 
 def _codec_share(c: ClientRound) -> tuple[tuple[str, float], ...]:

@@ -62,10 +62,30 @@ class ClientCost:
     upload_s: float
     penalty_s: float  # the part of compute_s caused by page reclaim
     energy_j: float
+    setup_s: float = 0.0  # the part of compute_s before training (a plan made on the device)
+    train_energy_j: float = 0.0  # the part of energy_j spent training (scales with steps)
 
     @property
     def total_s(self) -> float:
         return self.download_s + self.compute_s + self.upload_s
+
+    def truncated(self, share: float) -> ClientCost:
+        """The cost of training only ``share`` (0..1) of the local steps, then uploading:
+        a straggler's partial work (FedProx, Li et al. MLSys 2020 §3). The download and the
+        set-up are paid whole; training time, its page-reclaim penalty and training energy
+        scale with the share."""
+        if not 0.0 <= share <= 1.0:
+            raise ConfigError(f"share must be in [0, 1], got {share}")
+        train_s = self.compute_s - self.setup_s
+        return ClientCost(
+            self.download_s,
+            self.setup_s + share * train_s,
+            self.upload_s,
+            share * self.penalty_s,
+            self.energy_j - (1.0 - share) * self.train_energy_j,
+            self.setup_s,
+            share * self.train_energy_j,
+        )
 
     def to_dict(self) -> dict:
         d = asdict(self)
@@ -113,4 +133,9 @@ def client_cost(
         tx_bytes=model_bytes,
         rx_bytes=model_bytes + extra_rx_bytes,
     )
-    return ClientCost(down, compute, up, penalty, energy)
+    train_energy = energy_j(
+        device,
+        compute_s=planned + PRESSURE_RUNNING_SHARE * penalty,
+        idle_s=(1.0 - PRESSURE_RUNNING_SHARE) * penalty,
+    )
+    return ClientCost(down, compute, up, penalty, energy, extra_compute_s, train_energy)

@@ -126,6 +126,14 @@ def make_strategy(
             "runtimes (edgetrain federate); on Flower leave it unset and set "
             "federated.local_steps and batch_size"
         )
+    if f.partial_work:
+        # the strategy aggregates the replies of nodes that finished their round; a node is
+        # not told when the round will close, so it cannot stop early and send partial work
+        raise ConfigError(
+            "federated.partial_work: true (FedProx's partial updates from stragglers) is run "
+            "only by the in-process and Ray runtimes (edgetrain federate); on Flower set "
+            "federated.partial_work: false"
+        )
     opts: dict[str, Any] = {}
     if f.aggregator == "fedprox":
         opts = {"mu": f.mu}
