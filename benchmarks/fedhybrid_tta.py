@@ -700,6 +700,7 @@ def main(argv: list[str] | None = None) -> int:
         if v is not None
     }
     out: dict = {
+        "seed": args.seed, "low_memory_classes": args.low_memory_classes,
         "tables": {}, "ablations": {}, "semantics": semantics,
         "local_work": {"local_epochs": args.local_epochs, "batch": args.batch or 16},
         "curves": {},

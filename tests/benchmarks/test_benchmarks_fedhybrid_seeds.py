@@ -1,0 +1,73 @@
+"""benchmarks/fedhybrid_seeds.py: the seed table over fedhybrid_tta.py JSON files."""
+
+import json
+
+import pytest
+
+from bench_loader import load_benchmark
+
+
+def _run(seed, fh, oort, oracle_final, fh_time, oort_time, held=None):
+    rows = [
+        {"method": "random", "target_accuracy": 0.7, "speedup_vs_random": 1.0,
+         "final_accuracy": 0.7, "time_to_target_s": 100.0},
+        {"method": "oort", "speedup_vs_random": 100.0 / oort_time if oort_time else None,
+         "final_accuracy": oort, "time_to_target_s": oort_time},
+        {"method": "fedhybrid", "speedup_vs_random": 100.0 / fh_time,
+         "final_accuracy": fh, "time_to_target_s": fh_time},
+        {"method": "heterofl", "skipped": "no width"},
+    ]  # fmt: skip
+    run = {
+        "seed": seed,
+        "tables": {"fedprox": rows},
+        "oracle": {"fedprox": {
+            "final": {"wall_points": 100 * (oracle_final - oort)},
+            "last_mean": {"wall_points": 1.0, "fedhybrid_vs_oort_points": 100 * (fh - oort),
+                          "fedhybrid_vs_oracle_points": 0.0},
+        }},
+    }  # fmt: skip
+    if held is not None:
+        run["held"] = {"fedprox": {"classes": [4, 5], "last_rounds": 5, **held}}
+    return run
+
+
+def test_the_seed_table_is_the_median_of_the_per_seed_figures(tmp_path, capsys):
+    mod = load_benchmark("fedhybrid_seeds")
+    h = lambda a, b: {"final_held": a, "final_other": b, "last_held": a, "last_other": b}  # noqa: E731
+    runs = [
+        _run(0, 0.80, 0.70, 0.72, 10.0, 50.0, {"fedhybrid": h(0.4, 0.8), "oort": h(0.0, 0.8)}),
+        _run(1, 0.75, 0.74, 0.74, 20.0, None, {"fedhybrid": h(0.2, 0.7), "oort": h(0.0, 0.9)}),
+        _run(2, 0.78, 0.70, 0.70, 25.0, 30.0, {"fedhybrid": h(0.3, 0.6), "oort": h(0.1, 0.7)}),
+    ]
+    files = []
+    for r in runs:
+        p = tmp_path / f"x_s{r['seed']}.json"
+        p.write_text(json.dumps(r))
+        files.append(str(p))
+    assert mod.main([*files, "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    med = out["median"]
+    assert out["seeds"] == 3
+    assert med["fedhybrid_vs_random"] == pytest.approx(5.0)  # 10, 5, 4
+    # 5.0 and 1.2; seed 1's Oort never reached the target: counted apart, not in the median
+    assert med["fedhybrid_vs_oort"] == pytest.approx(3.1) and med["oort_missed"] == 1
+    assert med["final_points"] == pytest.approx(8.0)  # +10, +1, +8
+    assert med["final_5_points"] == 2 and med["fedhybrid_5x_random"] == 2
+    assert med["fedhybrid_2x_oort"] == 2  # seed 0 (5.0x) and seed 1 (Oort never got there)
+    assert med["wall_final_points"] == pytest.approx(0.0)  # +2, 0, 0
+    assert med["held_last"] == {"fedhybrid": pytest.approx(0.3), "oort": pytest.approx(0.0)}
+    assert mod.main(files) == 0
+    text = capsys.readouterr().out
+    assert "median" in text and "only low-memory phones hold" in text
+
+
+def test_a_file_that_is_not_a_run_is_one_clear_error(tmp_path, capsys):
+    mod = load_benchmark("fedhybrid_seeds")
+    bad = tmp_path / "bad.json"
+    bad.write_text("{not json")
+    assert mod.main([str(bad)]) == 2
+    assert "not a readable fedhybrid_tta.py JSON file" in capsys.readouterr().err
+    other = tmp_path / "y.json"
+    other.write_text(json.dumps({"tables": {"fedyogi": []}}))
+    assert mod.main([str(other)]) == 2
+    assert "no 'fedprox' table; it has ['fedyogi']" in capsys.readouterr().err
