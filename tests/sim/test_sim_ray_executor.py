@@ -1,4 +1,7 @@
-"""The Ray executor gives the in-process metrics for the same seed, and survives a dead actor."""
+"""The Ray executor gives the in-process metrics for the same seed, and survives a dead actor.
+
+The rounds over-commit 2x with FedProx's partial work, so the stragglers' partial updates (fewer
+local steps per task) go through the actors too."""
 
 import json
 
@@ -15,7 +18,7 @@ CFG = {
     "data": {"max_samples": 300},
     "fleet": {"clients": 6},
     "federated": {"rounds": 2, "clients_per_round": 3, "local_steps": 2, "batch_size": 8,
-                  "method": "random", "ray_actors": 2},
+                  "method": "random", "ray_actors": 2, "overcommit": 2.0, "partial_work": True},
     "clock": {"flops_per_sample": 3.0e8, "model_bytes": 1.4e7},
 }  # fmt: skip
 
@@ -34,6 +37,7 @@ def test_ray_equals_inprocess_and_retries_dead_actor():
         second = server.run_round()
         assert server.executor.restarts >= 1
         assert _strip([first, second]) == _strip(local)
+        assert sum(r["partial"] for r in local) > 0  # partial updates were among the tasks
     finally:
         server.executor.shutdown()
         ray.shutdown()
