@@ -118,6 +118,9 @@ def test_federate_runs_held_classes_with_partial_work(tmp_path):
     rows = [json.loads(x) for x in (tmp_path / "runs" / "cli" / "metrics.jsonl").open()]
     for row in rows:
         assert len(row["class_accuracy"]) == 10 and "partial" in row and "partial_share" in row
+    report = (tmp_path / "runs" / "cli" / "report.html").read_text()
+    assert "Test accuracy per class, final round" in report
+    assert report.count("*</th>") == 2 and "partition.low_memory_classes" in report
     cfg["partition"] = {"low_memory_classes": 12}
     path.write_text(yaml.safe_dump(cfg))
     r = CliRunner().invoke(

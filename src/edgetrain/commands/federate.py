@@ -72,7 +72,10 @@ def register(app: typer.Typer) -> None:
             )
             rd.write_config(cfg.model_dump())
             rd.write_json("summary.json", rows)
-            write_report(rd.path / "report.html", f"{cfg.name}: method comparison", recs, rows)
+            write_report(
+                rd.path / "report.html", f"{cfg.name}: method comparison", recs, rows,
+                held_classes=env.low_memory_classes,
+            )  # fmt: skip
             out = [
                 {k: r.get(k) for k in ("method", "final_accuracy", "time_to_target_s",
                                        "speedup_vs_random", "rounds", "wall_s", "skipped")
@@ -112,7 +115,10 @@ def register(app: typer.Typer) -> None:
             server.resume()
         recs = server.run(rounds or cfg.federated.rounds)
         s = summarize(recs, None)
-        write_report(rd.path / "report.html", f"{cfg.name}: {method}", {method: recs})
+        write_report(
+            rd.path / "report.html", f"{cfg.name}: {method}", {method: recs},
+            held_classes=env.low_memory_classes,
+        )  # fmt: skip
         result = {"method": method, "aggregator": server.aggregator_name, **s,
                   "run_dir": str(rd.path)}  # fmt: skip
         if as_json:

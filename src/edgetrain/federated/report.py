@@ -54,8 +54,12 @@ def write_report(
     title: str,
     curves: Mapping[str, Sequence[dict[str, Any]]],
     summary: Sequence[Mapping[str, Any]] | None = None,
+    held_classes: Sequence[int] = (),
 ) -> Path:
-    """Write the HTML report for one run (one curve) or a comparison (one per method)."""
+    """Write the HTML report for one run (one curve) or a comparison (one per method).
+
+    ``held_classes``: the classes only the low-memory phones hold
+    (``partition.low_memory_classes``), marked in the per-class accuracy table."""
     path = Path(path)
     parts = [
         f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>",
@@ -73,6 +77,7 @@ def write_report(
         parts += ["<h2>Summary</h2>", _table(summary, cols)]
     parts += ["<h2>Time to accuracy</h2>", _svg(curves, "accuracy", "test accuracy")]
     parts += ["<h2>Test loss</h2>", _svg(curves, "loss", "test loss")]
+    parts += _class_table(curves, held_classes)
     for name, recs in curves.items():
         rows = [
             {
@@ -92,3 +97,24 @@ def write_report(
     parts.append("</body></html>")
     path.write_text("\n".join(parts))
     return path
+
+
+def _class_table(curves: Mapping[str, Sequence[dict[str, Any]]], held: Sequence[int]) -> list[str]:
+    """The final round's test accuracy per class and method (nothing if no record has it)."""
+    finals = {}
+    for name, recs in curves.items():
+        ca = next((r["class_accuracy"] for r in reversed(recs) if r.get("class_accuracy")), None)
+        if ca:
+            finals[name] = ca
+    if not finals:
+        return []
+    n = max(len(v) for v in finals.values())
+    cols = ["method"] + [f"{c}*" if c in held else str(c) for c in range(n)]
+    rows = [{"method": m, **{cols[c + 1]: v[c] for c in range(len(v))}} for m, v in finals.items()]
+    note = (
+        "<p>* held only by the phones whose physical memory cannot hold M_G "
+        "(partition.low_memory_classes)</p>"
+        if held
+        else ""
+    )
+    return ["<h2>Test accuracy per class, final round</h2>", _table(rows, cols), note]
