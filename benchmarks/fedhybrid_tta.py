@@ -635,6 +635,10 @@ def main(argv: list[str] | None = None) -> int:
         help="a method below the target runs on up to EXTEND x rounds (within Random's time)",
     )  # fmt: skip
     ap.add_argument("--memstat", choices=("eq4", "eq1"), default=None, help="FedHybrid MemStat")
+    ap.add_argument(
+        "--fedhybrid-stat", choices=("eq2", "samples"), default=None,
+        help="FedHybrid's Stat: eq. 2 as printed, or scaled by the sample count as Oort's",
+    )  # fmt: skip
     ap.add_argument("--overcommit", type=float, default=None, help="selected / per round")
     ap.add_argument("--failure-report", choices=("deadline", "immediate"), default=None)
     ap.add_argument("--deadline-factor", type=float, default=None)
@@ -688,6 +692,7 @@ def main(argv: list[str] | None = None) -> int:
         k: v
         for k, v in {
             "memstat": args.memstat,
+            "fedhybrid_stat": args.fedhybrid_stat,
             "overcommit": args.overcommit,
             "failure_report": args.failure_report,
             "deadline_factor": args.deadline_factor,

@@ -99,6 +99,33 @@ def test_fedhybrid_memstat_form_changes_who_is_exploited():
         FedHybridSelector(memstat="eq3")
 
 
+def test_fedhybrid_stat_scaled_by_samples_exploits_the_data_rich_client():
+    """stat="samples" (Oort's |B_i| factor, a diagnostic variant): client 0 (Stat 2, 10
+    samples) vs client 1 (Stat 3, 2 samples), alike otherwise. Eq. 2 exploits client 1
+    (3 > 2); scaled by the samples client 0 (20 > 6)."""
+    ck = CheckIn(
+        n_samples=np.array([10, 2]), memory_budget=np.full(2, 8.0) * GB,
+        step_time_s=np.ones(2), est_duration_s=np.ones(2), m_g=4 * GB,
+    )  # fmt: skip
+    fb = [Feedback(0, True, 1.0, 4.0, 10), Feedback(1, True, 1.0, 9.0, 2)]
+    picks = {}
+    for form in ("eq2", "samples"):
+        sel = FedHybridSelector(seed=0, epsilon=1.0, ucb_c=0.0, stat=form)
+        sel.selected_before = {0, 1}
+        sel.update(1, fb)
+        picks[form] = sel.select(2, ck, 1)
+        again = FedHybridSelector(seed=0, epsilon=1.0, ucb_c=0.0, stat=form)
+        again.load_state_dict(sel.state_dict())
+        assert again.scores(2, ck) == pytest.approx(sel.scores(2, ck))
+    assert picks == {"eq2": [1], "samples": [0]}
+    # a checkpoint written before the field existed loads (no sample counts: factor 1)
+    old = sel.state_dict()
+    del old["n"]
+    FedHybridSelector(seed=0).load_state_dict(old)
+    with pytest.raises(ConfigError, match="eq2, samples"):
+        FedHybridSelector(stat="oort")
+
+
 def test_fedhybrid_exploration_prefers_rich_clients():
     ck = CheckIn(
         n_samples=np.ones(2, dtype=int), memory_budget=np.array([0.04, 8.0]) * GB,

@@ -120,6 +120,10 @@ class FederatedSection(_Strict):
     # FedHybrid's MemStat: "eq4" as printed in eq. 4 (memory-poor clients keep factor 1,
     # memory-rich ones get M_i/M_G > 1), "eq1" eq. 1's form (memory-poor get M_i/M_G < 1)
     memstat: Literal["eq4", "eq1"] = "eq4"
+    # FedHybrid's Stat: "eq2" as printed (per-sample RMS training loss); "samples" multiplies
+    # it by the client's sample count as Oort's statistical utility does (Lai et al. OSDI
+    # 2021 §4.2), a diagnostic variant: eq. 2 alone does not favour data-rich clients
+    fedhybrid_stat: Literal["eq2", "samples"] = "eq2"
     # Over-commitment: every selector picks int(overcommit x clients_per_round) clients and
     # the round closes when clients_per_round have reported (FedScale config_parser
     # ``--overcommitment`` default 1.3; Bonawitz et al. MLSys 2019 §2.2). 1.0 = none.

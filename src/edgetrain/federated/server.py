@@ -147,7 +147,7 @@ class FederatedServer:
         self.aggregator: Aggregator = make_aggregator(agg_name, **opts)
         self.aggregator_name = agg_name
         sel_opts: dict[str, Any] = (
-            {"epsilon": fcfg.epsilon, "memstat": fcfg.memstat}
+            {"epsilon": fcfg.epsilon, "memstat": fcfg.memstat, "stat": fcfg.fedhybrid_stat}
             if self.method.selector == "fedhybrid"
             else {}
         )

@@ -39,6 +39,10 @@ from edgetrain.errors import ConfigError
 from edgetrain.federated.selectors.base import CheckIn, Feedback, Selector
 
 MEMSTAT_FORMS = ("eq4", "eq1")
+# Stat: "eq2" as printed (per-sample RMS loss); "samples" scales it by the client's sample
+# count, Oort's statistical utility |B_i| sqrt(1/|B_i| sum Loss^2) (Lai et al., OSDI 2021
+# §4.2) -- a diagnostic variant, not the paper's
+STAT_FORMS = ("eq2", "samples")
 
 
 def mem_stat(m_i: np.ndarray | float, m_g: float, form: str = "eq4") -> np.ndarray:
@@ -70,11 +74,20 @@ class FedHybridSelector(Selector):
     name = "fedhybrid"
 
     def __init__(
-        self, seed: int = 0, epsilon: float = 0.9, ucb_c: float = 0.1, memstat: str = "eq4"
+        self,
+        seed: int = 0,
+        epsilon: float = 0.9,
+        ucb_c: float = 0.1,
+        memstat: str = "eq4",
+        stat: str = "eq2",
     ) -> None:
         super().__init__(seed)
         mem_stat(1.0, 1.0, memstat)  # validates the form
+        if stat not in STAT_FORMS:
+            raise ConfigError(f"fedhybrid stat form {stat!r}; accepted: {', '.join(STAT_FORMS)}")
         self.memstat = memstat
+        self.stat = stat
+        self.n: dict[int, int] = {}  # partition size per explored client (stat="samples")
         self.epsilon = epsilon
         self.ucb_c = ucb_c
         self.loss_sq: dict[int, float] = {}  # last reported mean loss^2 per explored client
@@ -93,6 +106,7 @@ class FedHybridSelector(Selector):
                 continue
             self.loss_sq[f.cid] = value
             self.count[f.cid] = self.count.get(f.cid, 0) + 1
+            self.n[f.cid] = int(f.n_samples)
 
     def scores(self, round_idx: int, checkin: CheckIn) -> dict[int, float]:
         """UCB scores of the explored clients."""
@@ -106,6 +120,8 @@ class FedHybridSelector(Selector):
             checkin.step_time_s[ids],
             self.memstat,
         )
+        if self.stat == "samples":
+            u = u * np.array([self.n.get(int(i), 1) for i in ids], dtype=float)
         top = float(u.max()) if u.size and u.max() > 0 else 1.0
         t = max(round_idx, 2)
         bonus = np.sqrt(self.ucb_c * math.log(t) / np.array([self.count[i] for i in ids]))
@@ -150,6 +166,7 @@ class FedHybridSelector(Selector):
             loss_sq={str(c): v for c, v in self.loss_sq.items()},
             count={str(c): v for c, v in self.count.items()},
             selected_before=sorted(self.selected_before),
+            n={str(c): v for c, v in self.n.items()},
         )
         return d
 
@@ -158,3 +175,4 @@ class FedHybridSelector(Selector):
         self.loss_sq = {int(c): float(v) for c, v in state["loss_sq"].items()}
         self.count = {int(c): int(v) for c, v in state["count"].items()}
         self.selected_before = set(state["selected_before"])
+        self.n = {int(c): int(v) for c, v in state.get("n", {}).items()}  # absent before round 30

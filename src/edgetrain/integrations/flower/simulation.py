@@ -140,7 +140,9 @@ def make_strategy(
     elif f.aggregator == "fedyogi":
         opts = dict(f.yogi.model_dump())
     sel_opts: dict[str, Any] = (
-        {"epsilon": f.epsilon, "memstat": f.memstat} if spec.selector == "fedhybrid" else {}
+        {"epsilon": f.epsilon, "memstat": f.memstat, "stat": f.fedhybrid_stat}
+        if spec.selector == "fedhybrid"
+        else {}
     )
     plans = None
     if spec.technique in PLAN_TECHNIQUES:
