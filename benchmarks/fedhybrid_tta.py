@@ -636,6 +636,10 @@ def main(argv: list[str] | None = None) -> int:
     )  # fmt: skip
     ap.add_argument("--memstat", choices=("eq4", "eq1"), default=None, help="FedHybrid MemStat")
     ap.add_argument(
+        "--epsilon", type=float, default=None,
+        help="FedHybrid's exploited share of the slots (§5.1: 0.9; the rest explores)",
+    )  # fmt: skip
+    ap.add_argument(
         "--fedhybrid-stat", choices=("eq2", "samples"), default=None,
         help="FedHybrid's Stat: eq. 2 as printed, or scaled by the sample count as Oort's",
     )  # fmt: skip
@@ -693,6 +697,7 @@ def main(argv: list[str] | None = None) -> int:
         for k, v in {
             "memstat": args.memstat,
             "fedhybrid_stat": args.fedhybrid_stat,
+            "epsilon": args.epsilon,
             "overcommit": args.overcommit,
             "failure_report": args.failure_report,
             "deadline_factor": args.deadline_factor,
