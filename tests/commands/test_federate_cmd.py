@@ -2,6 +2,7 @@
 
 import json
 
+import pytest
 import yaml
 from typer.testing import CliRunner
 
@@ -116,6 +117,12 @@ def test_federate_runs_held_classes_with_partial_work(tmp_path):
     )
     assert r.exit_code == 0, r.output
     rows = [json.loads(x) for x in (tmp_path / "runs" / "cli" / "metrics.jsonl").open()]
+    from edgetrain.config import load_config
+    from edgetrain.federated import FederatedConfig, build_environment
+
+    a, b = build_environment(load_config(path, schema=FederatedConfig)).low_memory_classes
+    ca = rows[-1]["class_accuracy"]
+    assert json.loads(r.stdout)["held_class_accuracy"] == pytest.approx((ca[a] + ca[b]) / 2)
     for row in rows:
         assert len(row["class_accuracy"]) == 10 and "partial" in row and "partial_share" in row
     report = (tmp_path / "runs" / "cli" / "report.html").read_text()

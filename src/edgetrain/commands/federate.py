@@ -17,7 +17,7 @@ from edgetrain.federated.config import FederatedConfig
 from edgetrain.federated.environment import build_environment
 from edgetrain.federated.methods import COMPARE_METHODS, METHODS
 from edgetrain.federated.report import write_report
-from edgetrain.federated.server import FederatedServer, summarize
+from edgetrain.federated.server import FederatedServer, held_class_accuracy, summarize
 from edgetrain.runs import RunDir, _jsonable
 
 
@@ -82,6 +82,12 @@ def register(app: typer.Typer) -> None:
                  if k in r}
                 for r in rows
             ]  # fmt: skip
+            if env.low_memory_classes:  # what each method learnt of the held classes
+                for o in out:
+                    if "skipped" not in o:
+                        o["held_class_accuracy"] = held_class_accuracy(
+                            recs[o["method"]], env.low_memory_classes
+                        )
             if as_json:
                 typer.echo(json.dumps(out))
                 return
@@ -99,6 +105,16 @@ def register(app: typer.Typer) -> None:
                     str(r["rounds"]), f"{r['wall_s']:.1f}",
                 )  # fmt: skip
             console.print(table)
+            if env.low_memory_classes:
+                cells = ", ".join(
+                    f"{r['method']} {r['held_class_accuracy']:.4f}"
+                    for r in out
+                    if r.get("held_class_accuracy") is not None
+                )
+                console.print(
+                    f"classes {list(env.low_memory_classes)} (only on phones below M_G): "
+                    f"final-round accuracy {cells}"
+                )
             console.print(f"run directory: {rd.path}")
             return
         method = selector or cfg.federated.method
@@ -121,6 +137,8 @@ def register(app: typer.Typer) -> None:
         )  # fmt: skip
         result = {"method": method, "aggregator": server.aggregator_name, **s,
                   "run_dir": str(rd.path)}  # fmt: skip
+        if env.low_memory_classes:
+            result["held_class_accuracy"] = held_class_accuracy(recs, env.low_memory_classes)
         if as_json:
             typer.echo(json.dumps(result))
             return
@@ -134,6 +152,11 @@ def register(app: typer.Typer) -> None:
                 str(r["round"]), f"{r['sim_time_s']:.1f}", acc, loss, str(r["n_aggregated"])
             )
         console.print(table)
+        if result.get("held_class_accuracy") is not None:
+            console.print(
+                f"classes {list(env.low_memory_classes)} (only on phones below M_G): final-round "
+                f"accuracy {result['held_class_accuracy']:.4f}"
+            )
         console.print(f"run directory: {rd.path}")
 
 

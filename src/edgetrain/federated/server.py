@@ -897,6 +897,19 @@ def make_plan_service(env: Environment) -> PlanService:
     return service
 
 
+def held_class_accuracy(records: list[dict[str, Any]], held: tuple[int, ...]) -> float | None:
+    """The last evaluated round's mean test accuracy over the ``held`` classes (those only
+    the low-memory phones hold, ``partition.low_memory_classes``); None without any."""
+    if not held:
+        return None
+    for r in reversed(records):
+        ca = r.get("class_accuracy")
+        if ca:
+            vals = [ca[c] for c in held if c < len(ca) and ca[c] is not None]
+            return sum(vals) / len(vals) if vals else None
+    return None
+
+
 def summarize(records: list[dict[str, Any]], target: float | None) -> dict[str, Any]:
     """Final accuracy, best accuracy and the simulated time to reach ``target``."""
     accs = [(r["sim_time_s"], r["accuracy"]) for r in records if r["accuracy"] is not None]
