@@ -64,6 +64,7 @@ from edgetrain.config import parse_config
 from edgetrain.federated import FederatedConfig, FederatedServer, build_environment, compare
 from edgetrain.federated.methods import COMPARE_METHODS
 from edgetrain.federated.plans import ON_DEVICE_PLAN_SLOWDOWN
+from edgetrain.federated.server import held_split
 
 PHONE_CLOCK = {"flops_per_sample": 6.0e8, "model_bytes": 1.36e7}
 # BBC News task (Table 3's NLP row): examples/federated-bbc-bert.yaml's clock. BERT-Small
@@ -395,9 +396,8 @@ def held_summary(recs: dict[str, list[dict]], held: tuple[int, ...]) -> dict | N
         ca = rec.get("class_accuracy")
         if not ca:
             return None
-        inside = [ca[c] for c in held if ca[c] is not None]
-        outside = [a for c, a in enumerate(ca) if c not in held and a is not None]
-        return sum(inside) / len(inside), sum(outside) / len(outside)
+        inside, outside = held_split(ca, held)
+        return None if inside is None or outside is None else (inside, outside)
 
     out: dict = {"classes": list(held), "last_rounds": last, "common_rounds": common}
     for m, v in recs.items():

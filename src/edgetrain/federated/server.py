@@ -897,16 +897,27 @@ def make_plan_service(env: Environment) -> PlanService:
     return service
 
 
+def held_split(
+    class_accuracy: list[float | None], held: tuple[int, ...]
+) -> tuple[float | None, float | None]:
+    """(mean test accuracy over the ``held`` classes, over the others) of one round's
+    ``class_accuracy``; a side with no class in the test split is None."""
+    inside = [a for c, a in enumerate(class_accuracy) if c in held and a is not None]
+    outside = [a for c, a in enumerate(class_accuracy) if c not in held and a is not None]
+    return (
+        sum(inside) / len(inside) if inside else None,
+        sum(outside) / len(outside) if outside else None,
+    )
+
+
 def held_class_accuracy(records: list[dict[str, Any]], held: tuple[int, ...]) -> float | None:
     """The last evaluated round's mean test accuracy over the ``held`` classes (those only
     the low-memory phones hold, ``partition.low_memory_classes``); None without any."""
     if not held:
         return None
     for r in reversed(records):
-        ca = r.get("class_accuracy")
-        if ca:
-            vals = [ca[c] for c in held if c < len(ca) and ca[c] is not None]
-            return sum(vals) / len(vals) if vals else None
+        if r.get("class_accuracy"):
+            return held_split(r["class_accuracy"], held)[0]
     return None
 
 
