@@ -26,10 +26,29 @@ import sys
 from pathlib import Path
 
 
-def seed_row(run: dict, agg: str = "fedprox") -> dict:
-    """One seed's figures from one fedhybrid_tta.py JSON object (None where not run)."""
+def last_mean_points(run: dict, agg: str, method: str, ref: str) -> float | None:
+    """``method`` − ``ref`` in points, mean accuracy over the last eighth of the rounds both
+    ran (the rule of fedhybrid_tta.py's oracle block), from the JSON's curves."""
+    curves = run.get("curves", {}).get(agg, {})
+    a, b = curves.get(method), curves.get(ref)
+    if not a or not b:
+        return None
+    common = min(len(a), len(b))
+    last = max(1, common // 8)
+
+    def mean(c: list) -> float:
+        return statistics.fmean(acc for _, acc in c[common - last : common])
+
+    return 100 * (mean(a) - mean(b))
+
+
+def seed_row(run: dict, agg: str = "fedprox", method: str = "fedhybrid") -> dict:
+    """One seed's figures from one fedhybrid_tta.py JSON object (None where not run).
+
+    ``method`` is the method compared with Random and Oort (FedHybrid by default; e.g.
+    ``fedhybrid-oortselector``). The ``fedhybrid_*`` keys keep their names for it."""
     rows = {r["method"]: r for r in run["tables"][agg] if "skipped" not in r}
-    fh, oo = rows.get("fedhybrid"), rows.get("oort")
+    fh, oo = rows.get(method), rows.get("oort")
 
     def speed(m: str) -> float | None:
         r = rows.get(m)
@@ -38,7 +57,8 @@ def seed_row(run: dict, agg: str = "fedprox") -> dict:
     out: dict = {
         "seed": run.get("seed"),
         "target": run["tables"][agg][0].get("target_accuracy"),
-        "fedhybrid_vs_random": speed("fedhybrid"),
+        "method": method,
+        "fedhybrid_vs_random": speed(method),
         "oort_vs_random": speed("oort"),
     }
     if fh and oo:
@@ -52,6 +72,9 @@ def seed_row(run: dict, agg: str = "fedprox") -> dict:
         out["wall_final_points"] = orc["final"]["wall_points"]
         out["wall_last_points"] = orc["last_mean"]["wall_points"]
         out["vs_oracle_last_points"] = orc["last_mean"]["fedhybrid_vs_oracle_points"]
+    if method != "fedhybrid" or orc is None:
+        out["last_points"] = last_mean_points(run, agg, method, "oort")
+        out["vs_oracle_last_points"] = last_mean_points(run, agg, method, "oort-oracle")
     held = run.get("held", {}).get(agg)
     if held is not None:
         out["held_classes"] = held["classes"]
@@ -65,9 +88,9 @@ def median(values: list[float | None]) -> float | None:
     return statistics.median(xs) if xs else None
 
 
-def table(runs: list[dict], agg: str = "fedprox") -> dict:
+def table(runs: list[dict], agg: str = "fedprox", method: str = "fedhybrid") -> dict:
     """Per-seed rows and the median of every figure over the seeds."""
-    rows = [seed_row(r, agg) for r in runs]
+    rows = [seed_row(r, agg, method) for r in runs]
     keys = ("fedhybrid_vs_random", "oort_vs_random", "fedhybrid_vs_oort", "final_points",
             "last_points", "wall_final_points", "wall_last_points", "vs_oracle_last_points")  # fmt: skip
     med: dict = {k: median([r.get(k) for r in rows]) for k in keys}
@@ -98,6 +121,11 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("files", nargs="+", help="JSON files written by fedhybrid_tta.py --out")
     ap.add_argument("--aggregator", default="fedprox")
+    ap.add_argument(
+        "--method", default="fedhybrid",
+        help="the method compared with Random and Oort (default fedhybrid; the files must "
+        "have run it)",
+    )  # fmt: skip
     ap.add_argument("--json", action="store_true", help="print one JSON object only")
     args = ap.parse_args(argv)
     runs = []
@@ -114,12 +142,21 @@ def main(argv: list[str] | None = None) -> int:
                 file=sys.stderr,
             )
             return 2
+        ran = {r.get("method") for r in run["tables"][args.aggregator]}
+        if args.method not in ran:
+            print(
+                f"error: {f} did not run {args.method!r}; it ran {sorted(m for m in ran if m)}",
+                file=sys.stderr,
+            )
+            return 2
         run.setdefault("seed", _seed_of(f))
         runs.append(run)
-    out = table(runs, args.aggregator)
+    out = table(runs, args.aggregator, args.method)
     if args.json:
         print(json.dumps(out))
         return 0
+    if args.method != "fedhybrid":
+        print(f"FH = {args.method}")
     print(f"{'seed':<6}{'FH/Rnd':>8}{'FH/Oort':>8}{'final pts':>10}{'last pts':>9}"
           f"{'wall fin':>9}{'wall last':>10}")  # fmt: skip
     for r in out["rows"]:
@@ -132,7 +169,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{'median':<6}{_f(m['fedhybrid_vs_random'], '.2f'):>8}{_f(m['fedhybrid_vs_oort'], '.2f'):>8}"
           f"{_f(m['final_points'], '+.1f'):>10}{_f(m['last_points'], '+.1f'):>9}"
           f"{_f(m['wall_final_points'], '+.1f'):>9}{_f(m['wall_last_points'], '+.1f'):>10}")  # fmt: skip
-    print(f"FedHybrid >= 5x Random on {m['fedhybrid_5x_random']} of {n} seeds, >= 2x Oort on "
+    print(f"{args.method} >= 5x Random on {m['fedhybrid_5x_random']} of {n} seeds, >= 2x Oort on "
           f"{m['fedhybrid_2x_oort']} (Oort never reached the target on {m['oort_missed']}; "
           f"the median leaves those out); final >= Oort + 5 points on {m['final_5_points']}, "
           f"last-eighth mean on {m['last_5_points']}")  # fmt: skip

@@ -643,6 +643,11 @@ def main(argv: list[str] | None = None) -> int:
         "--fedhybrid-stat", choices=("eq2", "samples"), default=None,
         help="FedHybrid's Stat: eq. 2 as printed, or scaled by the sample count as Oort's",
     )  # fmt: skip
+    ap.add_argument(
+        "--fedhybrid-explore", choices=("system", "samples"), default=None,
+        help="FedHybrid's exploration draw: by check-in system utility as printed, or by "
+        "sample count as FedScale's Oort explores",
+    )  # fmt: skip
     ap.add_argument("--overcommit", type=float, default=None, help="selected / per round")
     ap.add_argument("--failure-report", choices=("deadline", "immediate"), default=None)
     ap.add_argument("--deadline-factor", type=float, default=None)
@@ -697,6 +702,7 @@ def main(argv: list[str] | None = None) -> int:
         for k, v in {
             "memstat": args.memstat,
             "fedhybrid_stat": args.fedhybrid_stat,
+            "fedhybrid_explore": args.fedhybrid_explore,
             "epsilon": args.epsilon,
             "overcommit": args.overcommit,
             "failure_report": args.failure_report,

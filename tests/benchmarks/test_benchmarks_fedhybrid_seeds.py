@@ -71,3 +71,29 @@ def test_a_file_that_is_not_a_run_is_one_clear_error(tmp_path, capsys):
     other.write_text(json.dumps({"tables": {"fedyogi": []}}))
     assert mod.main([str(other)]) == 2
     assert "no 'fedprox' table; it has ['fedyogi']" in capsys.readouterr().err
+
+
+def test_method_compares_another_method_from_the_curves(tmp_path, capsys):
+    """``--method`` puts another method in FedHybrid's column: its speedups and final points
+    from the table, its last-eighth points against Oort from the curves (16 rounds: the
+    last 2)."""
+    mod = load_benchmark("fedhybrid_seeds")
+    run = _run(0, 0.80, 0.70, 0.72, 10.0, 50.0)
+    run["tables"]["fedprox"].append(
+        {"method": "fedhybrid-oortselector", "speedup_vs_random": 4.0, "final_accuracy": 0.76,
+         "time_to_target_s": 25.0}
+    )  # fmt: skip
+    flat = lambda a, last: [[float(i), a] for i in range(14)] + [[14.0, last], [15.0, last]]  # noqa: E731
+    run["curves"] = {"fedprox": {"oort": flat(0.5, 0.70), "oort-oracle": flat(0.5, 0.75),
+                                 "fedhybrid-oortselector": flat(0.9, 0.76)}}  # fmt: skip
+    p = tmp_path / "r_s0.json"
+    p.write_text(json.dumps(run))
+    assert mod.main([str(p), "--method", "fedhybrid-oortselector", "--json"]) == 0
+    row = json.loads(capsys.readouterr().out)["rows"][0]
+    assert row["method"] == "fedhybrid-oortselector"
+    assert row["fedhybrid_vs_random"] == 4.0 and row["fedhybrid_vs_oort"] == pytest.approx(2.0)
+    assert row["final_points"] == pytest.approx(6.0)
+    assert row["last_points"] == pytest.approx(6.0)  # rounds 15-16: 0.76 - 0.70
+    assert row["vs_oracle_last_points"] == pytest.approx(1.0)
+    assert mod.main([str(p), "--method", "heterofl-x"]) == 2
+    assert "did not run 'heterofl-x'" in capsys.readouterr().err

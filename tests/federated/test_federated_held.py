@@ -73,3 +73,28 @@ def test_class_accuracy_matches_the_overall_accuracy(env):
     assert all(ca[c] is None for c in range(10) if not support[c])
     overall = sum(ca[c] * support[c] for c in present) / len(y)
     assert overall == pytest.approx(rec["accuracy"], abs=1e-5)
+
+
+def test_fedhybrid_explore_samples_reaches_the_selector_and_picks_more_holders():
+    """``federated.fedhybrid_explore: samples`` (a variant; round 31) draws unexplored clients
+    by sample count. Round 1 is all exploration, so over a few seeds the holders (phones
+    below M_G, which hold the held classes' samples too) are drawn more often than by the
+    printed system-utility rule, which prefers memory-rich, fast phones."""
+    picks = {}
+    for explore in ("system", "samples"):
+        cfg = small_fleet_config(
+            partition={"low_memory_classes": 2}, federated={"fedhybrid_explore": explore}
+        )
+        env_ = build_environment(cfg)
+        server = FederatedServer(env_, "fedhybrid", "fedavg", None, None)
+        assert server.selector.explore == explore
+        holders = set(np.flatnonzero(env_.hard_limits < env_.m_g).tolist())
+        n = 0
+        for s in range(20):
+            server.selector.rng = np.random.default_rng(s)
+            server.selector.selected_before = set()
+            n += len(holders & set(server.selector.select(1, server._checkin, 4)))
+        picks[explore] = n
+    assert picks["samples"] > picks["system"]
+    with pytest.raises(ConfigError, match="fedhybrid_explore"):
+        small_fleet_config(federated={"fedhybrid_explore": "uniform"})

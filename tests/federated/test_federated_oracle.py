@@ -54,3 +54,20 @@ def test_fedhybrids_oracle_sees_every_device_fit(env):
     for r in oracle.run(2):
         assert r["outcomes"]["killed"] == 0 and r["outcomes"]["pressure"] == 0
         assert r["outcomes"]["planned"] == 0
+
+
+def test_fedhybrid_with_oorts_selector_plans_what_oort_would_lose(env):
+    """``fedhybrid-oortselector`` (round 31): Oort's selector, FedHybrid's plans. Round 1
+    draws before any feedback, so it selects exactly Oort's clients; where Oort's are killed
+    or under page reclaim, its are planned and none is killed below physical memory."""
+    spec = METHODS["fedhybrid-oortselector"]
+    assert (spec.selector, spec.technique) == ("oort", "hybrid") and not spec.oracle
+    assert spec.regenerate and spec.predictor and spec.optimizer
+    rec_p = FederatedServer(env, "oort", "fedavg", None, None).run(1)[0]
+    srv = FederatedServer(env, "fedhybrid-oortselector", "fedavg", None, None)
+    assert srv.selector.name == "oort"
+    rec = srv.run(1)[0]
+    assert rec["selected"] == rec_p["selected"]
+    assert rec["outcomes"]["planned"] > 0 and rec_p["outcomes"]["planned"] == 0
+    lost = rec_p["outcomes"]["killed"] + rec_p["outcomes"]["pressure"]
+    assert rec["outcomes"]["killed"] + rec["outcomes"]["pressure"] < lost

@@ -137,6 +137,33 @@ def test_fedhybrid_exploration_prefers_rich_clients():
     assert counts[1] > 190  # system utility 0.01 x 0.1 vs 1 x 10
 
 
+def test_fedhybrid_explore_by_samples_draws_in_proportion_to_sample_count():
+    """explore="samples" (FedScale's Oort init_reward, a variant): the same two clients as
+    above, the poor one holding 9 of 10 samples. The printed rule draws the rich one
+    (system utility 200x), the variant the poor one with probability 0.9."""
+    ck = CheckIn(
+        n_samples=np.array([90, 10]), memory_budget=np.array([0.04, 8.0]) * GB,
+        step_time_s=np.array([10.0, 0.1]), est_duration_s=np.ones(2), m_g=4 * GB,
+    )  # fmt: skip
+    sel = FedHybridSelector(seed=0, explore="samples")
+    assert sel._explore_weights(ck, np.array([0, 1])) == pytest.approx([0.9, 0.1])
+    system = FedHybridSelector(seed=0)._explore_weights(ck, np.array([0, 1]))
+    assert system == pytest.approx([0.1 / 20.1, 20 / 20.1])  # MemStat 1 x 0.1, 2 x 10
+    counts = np.zeros(2)
+    for s in range(400):
+        counts[FedHybridSelector(seed=s, explore="samples").select(1, ck, 1)[0]] += 1
+    assert 330 < counts[0] < 390  # binomial(400, 0.9): mean 360, sd 6
+    # exploitation is unchanged: once both reported, the variant ranks as eq. 4 does
+    fb = [Feedback(0, True, 1.0, 4.0, 90), Feedback(1, True, 1.0, 4.0, 10)]
+    for explore in ("system", "samples"):
+        sel = FedHybridSelector(seed=0, epsilon=1.0, ucb_c=0.0, explore=explore)
+        sel.update(1, fb)
+        sel.selected_before = {0, 1}
+        assert sel.select(2, ck, 1) == [1]
+    with pytest.raises(ConfigError, match="system, samples"):
+        FedHybridSelector(explore="uniform")
+
+
 def test_oort_get_norm_and_scores_hand_computed():
     mx, mn, rng, avg, clip = get_norm([4.0, 1.0, 3.0, 2.0], clip_bound=0.95)
     assert (mx, clip) == (4.0, 4.0) and mn == pytest.approx(0.999) and rng == pytest.approx(3.001)

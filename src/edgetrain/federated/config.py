@@ -124,6 +124,12 @@ class FederatedSection(_Strict):
     # it by the client's sample count as Oort's statistical utility does (Lai et al. OSDI
     # 2021 §4.2), a diagnostic variant: eq. 2 alone does not favour data-rich clients
     fedhybrid_stat: Literal["eq2", "samples"] = "eq2"
+    # FedHybrid's exploration: "system" as printed (unexplored clients drawn in proportion to
+    # their check-in MemStat x CompStat, "prioritize those with rich system resources");
+    # "samples" draws them in proportion to their sample count, as FedScale's Oort explores
+    # (a variant, not the paper's: round 31 measures what it changes where low-memory phones
+    # hold unique data)
+    fedhybrid_explore: Literal["system", "samples"] = "system"
     # Over-commitment: every selector picks int(overcommit x clients_per_round) clients and
     # the round closes when clients_per_round have reported (FedScale config_parser
     # ``--overcommitment`` default 1.3; Bonawitz et al. MLSys 2019 §2.2). 1.0 = none.

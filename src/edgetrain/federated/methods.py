@@ -69,6 +69,12 @@ METHODS: dict[str, MethodSpec] = {
     ),
     "fedhybrid-noselector-nocompress": MethodSpec("random", "recompute", regenerate=True),
     "fedhybrid-noselector-nopredictor": MethodSpec("random", "hybrid", predictor=False),
+    # Round 31: FedHybrid's plans, predictor and regeneration with Oort's selector (FedScale's
+    # statistical utility |B_i| sqrt(mean Loss^2), deadline penalty, exploration by sample
+    # count). Where low-memory phones hold unique data, FedHybrid's own selector (eq. 4 and
+    # its resource-first exploration) rarely picks them; this splits FedHybrid - Oort into
+    # the plans' part (this - oort) and the selector's (fedhybrid - this).
+    "fedhybrid-oortselector": MethodSpec("oort", "hybrid", regenerate=True),
 }
 #: the seven methods ``--compare`` runs (issue 6)
 COMPARE_METHODS = (

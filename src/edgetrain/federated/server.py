@@ -147,7 +147,12 @@ class FederatedServer:
         self.aggregator: Aggregator = make_aggregator(agg_name, **opts)
         self.aggregator_name = agg_name
         sel_opts: dict[str, Any] = (
-            {"epsilon": fcfg.epsilon, "memstat": fcfg.memstat, "stat": fcfg.fedhybrid_stat}
+            {
+                "epsilon": fcfg.epsilon,
+                "memstat": fcfg.memstat,
+                "stat": fcfg.fedhybrid_stat,
+                "explore": fcfg.fedhybrid_explore,
+            }
             if self.method.selector == "fedhybrid"
             else {}
         )

@@ -43,6 +43,11 @@ MEMSTAT_FORMS = ("eq4", "eq1")
 # count, Oort's statistical utility |B_i| sqrt(1/|B_i| sum Loss^2) (Lai et al., OSDI 2021
 # §4.2) -- a diagnostic variant, not the paper's
 STAT_FORMS = ("eq2", "samples")
+# Who is explored: "system" as printed ("prioritize those with rich system resources": drawn
+# in proportion to the check-in MemStat x CompStat); "samples" draws in proportion to the
+# client's sample count, the initial reward FedScale's Oort explores by (getTopK's
+# ``init_reward``) -- a variant, not the paper's (round 31)
+EXPLORE_FORMS = ("system", "samples")
 
 
 def mem_stat(m_i: np.ndarray | float, m_g: float, form: str = "eq4") -> np.ndarray:
@@ -80,13 +85,19 @@ class FedHybridSelector(Selector):
         ucb_c: float = 0.1,
         memstat: str = "eq4",
         stat: str = "eq2",
+        explore: str = "system",
     ) -> None:
         super().__init__(seed)
         mem_stat(1.0, 1.0, memstat)  # validates the form
         if stat not in STAT_FORMS:
             raise ConfigError(f"fedhybrid stat form {stat!r}; accepted: {', '.join(STAT_FORMS)}")
+        if explore not in EXPLORE_FORMS:
+            raise ConfigError(
+                f"fedhybrid explore form {explore!r}; accepted: {', '.join(EXPLORE_FORMS)}"
+            )
         self.memstat = memstat
         self.stat = stat
+        self.explore = explore
         self.n: dict[int, int] = {}  # partition size per explored client (stat="samples")
         self.epsilon = epsilon
         self.ucb_c = ucb_c
@@ -140,10 +151,7 @@ class FedHybridSelector(Selector):
         )
         n_explore = min(k - len(picked), len(unexplored))
         if n_explore > 0:
-            sys_util = mem_stat(
-                checkin.memory_budget[unexplored], checkin.m_g, self.memstat
-            ) * comp_stat(checkin.step_time_s[unexplored])
-            p = sys_util / sys_util.sum()
+            p = self._explore_weights(checkin, unexplored)
             draw = self.rng.choice(unexplored, size=n_explore, replace=False, p=p)
             picked += [int(c) for c in draw]
             chosen.update(int(c) for c in draw)
@@ -159,6 +167,16 @@ class FedHybridSelector(Selector):
             picked += [int(c) for c in self.rng.choice(rest, k - len(picked), replace=False, p=p)]
         self.selected_before.update(picked)
         return sorted(picked)
+
+    def _explore_weights(self, checkin: CheckIn, ids: np.ndarray) -> np.ndarray:
+        """Draw probabilities over the unexplored ``ids`` (see ``EXPLORE_FORMS``)."""
+        if self.explore == "samples":
+            w = np.maximum(checkin.n_samples[ids].astype(float), 1.0)
+        else:
+            w = mem_stat(checkin.memory_budget[ids], checkin.m_g, self.memstat) * comp_stat(
+                checkin.step_time_s[ids]
+            )
+        return w / w.sum()
 
     def state_dict(self) -> dict[str, Any]:
         d = super().state_dict()
