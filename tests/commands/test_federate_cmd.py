@@ -157,3 +157,6 @@ def test_every_federated_example_config_is_valid():
     assert len(env.low_memory_classes) == 2 and low.federated.partial_work
     held = [c for c, part in enumerate(env.parts) if set(y[part]) & set(env.low_memory_classes)]
     assert held and all(wall[c] for c in held)
+    ex = load_config(root / "federated-mnist-lowmem-explore.yaml", schema=FederatedConfig)
+    assert (ex.federated.fedhybrid_stat, ex.federated.fedhybrid_explore) == ("samples", "samples")
+    assert ex.partition.low_memory_classes == 2 and ex.federated.local_epochs is None

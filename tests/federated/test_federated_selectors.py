@@ -4,6 +4,8 @@ import math
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from edgetrain.errors import ConfigError
 from edgetrain.federated.selectors import (
@@ -236,3 +238,24 @@ def test_oort_exploits_a_whole_small_cohort_once_exploration_decays():
     picked = sel.select(50, ck, 3)
     assert len(set(picked)) == 3 and set(picked) <= {0, 1, 2, 3}
     assert sel.explore_clients == [] and sel.unexplored == {4, 5}
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(st.integers(0, 500), min_size=1, max_size=30),
+    st.lists(st.floats(0.1, 16.0), min_size=30, max_size=30),
+    st.sampled_from(["system", "samples"]),
+)
+def test_exploration_draw_is_a_distribution_over_the_unexplored(samples, mem_gb, explore):
+    """Either exploration form: non-negative weights that sum to one; "samples" is
+    proportional to the sample counts (an empty client weighs as one sample)."""
+    n = len(samples)
+    ck = CheckIn(
+        n_samples=np.array(samples), memory_budget=np.array(mem_gb[:n]) * GB,
+        step_time_s=np.linspace(0.5, 2.0, n), est_duration_s=np.ones(n), m_g=4 * GB,
+    )  # fmt: skip
+    p = FedHybridSelector(seed=0, explore=explore)._explore_weights(ck, np.arange(n))
+    assert (p > 0).all() and p.sum() == pytest.approx(1.0)
+    if explore == "samples":
+        w = np.maximum(np.array(samples, dtype=float), 1.0)
+        assert p == pytest.approx(w / w.sum())
