@@ -160,3 +160,4 @@ def test_every_federated_example_config_is_valid():
     ex = load_config(root / "federated-mnist-lowmem-explore.yaml", schema=FederatedConfig)
     assert (ex.federated.fedhybrid_stat, ex.federated.fedhybrid_explore) == ("samples", "samples")
     assert ex.partition.low_memory_classes == 2 and ex.federated.local_epochs is None
+    assert ex.federated.overcommit == 1.0
