@@ -186,3 +186,21 @@ def test_partial_work_is_refused_with_the_accepted_alternative(env):
         ConfigError, match="partial_work: true .* set federated.partial_work: false"
     ):
         make_strategy(partial, env, "fedhybrid")
+
+
+def test_fedhybrid_selector_settings_reach_the_flower_strategy(env):
+    """The strategy builds FedHybrid's selector from the same settings as edgetrain federate
+    (``selector_options``), so fedhybrid_stat / fedhybrid_explore are not dropped on Flower;
+    and fedhybrid-oortselector (Oort's selector, FedHybrid's plans) is accepted."""
+    from edgetrain.integrations.flower.simulation import make_strategy
+
+    variant = CFG.model_copy(
+        update={
+            "federated": CFG.federated.model_copy(
+                update={"fedhybrid_stat": "samples", "fedhybrid_explore": "samples"}
+            )
+        }
+    )
+    sel = make_strategy(variant, env, "fedhybrid").selector
+    assert (sel.stat, sel.explore, sel.memstat) == ("samples", "samples", "eq1")
+    assert make_strategy(CFG, env, "fedhybrid-oortselector").selector.name == "oort"

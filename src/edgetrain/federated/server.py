@@ -118,6 +118,20 @@ def _seed(*parts: int) -> int:
     return int(np.random.SeedSequence([int(p) for p in parts]).generate_state(1)[0])
 
 
+def selector_options(selector: str, fcfg: Any) -> dict[str, Any]:
+    """The selector's settings from the ``federated`` section: FedHybrid's epsilon, MemStat
+    and Stat forms and exploration draw; none for the others. One place for every runtime
+    (in-process, Ray, Flower), so a setting cannot reach one and not another."""
+    if selector != "fedhybrid":
+        return {}
+    return {
+        "epsilon": fcfg.epsilon,
+        "memstat": fcfg.memstat,
+        "stat": fcfg.fedhybrid_stat,
+        "explore": fcfg.fedhybrid_explore,
+    }
+
+
 class FederatedServer:
     """Runs ``method`` with an aggregator over a fixed :class:`Environment`."""
 
@@ -146,18 +160,10 @@ class FederatedServer:
             opts = dict(fcfg.yogi.model_dump())
         self.aggregator: Aggregator = make_aggregator(agg_name, **opts)
         self.aggregator_name = agg_name
-        sel_opts: dict[str, Any] = (
-            {
-                "epsilon": fcfg.epsilon,
-                "memstat": fcfg.memstat,
-                "stat": fcfg.fedhybrid_stat,
-                "explore": fcfg.fedhybrid_explore,
-            }
-            if self.method.selector == "fedhybrid"
-            else {}
-        )
         self.selector: Selector = make_selector(
-            self.method.selector, seed=_seed(env.config.seed, 7), **sel_opts
+            self.method.selector,
+            seed=_seed(env.config.seed, 7),
+            **selector_options(self.method.selector, fcfg),
         )
         self.run_dir = run_dir
         self.model = env.build_model()

@@ -139,11 +139,9 @@ def make_strategy(
         opts = {"mu": f.mu}
     elif f.aggregator == "fedyogi":
         opts = dict(f.yogi.model_dump())
-    sel_opts: dict[str, Any] = (
-        {"epsilon": f.epsilon, "memstat": f.memstat, "stat": f.fedhybrid_stat}
-        if spec.selector == "fedhybrid"
-        else {}
-    )
+    from edgetrain.federated.server import selector_options
+
+    sel_opts = selector_options(spec.selector, f)
     plans = None
     if spec.technique in PLAN_TECHNIQUES:
         from edgetrain.federated.server import make_plan_service
