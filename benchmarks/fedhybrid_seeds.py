@@ -15,6 +15,9 @@ each method's test accuracy on the classes only low-memory phones hold.
     done
     python benchmarks/fedhybrid_seeds.py held_s*.json
     python benchmarks/fedhybrid_seeds.py held_s*.json --json   # one JSON object
+
+Runs made without ``--no-ablations`` also get the Fig. 17 table: each ablation's time to
+target and seconds per round over FedHybrid's, median over the seeds.
 """
 
 from __future__ import annotations
@@ -113,6 +116,44 @@ def table(runs: list[dict], agg: str = "fedprox", method: str = "fedhybrid") -> 
     return {"seeds": len(rows), "rows": rows, "median": med}
 
 
+def ablation_table(runs: list[dict], agg: str = "fedprox") -> dict:
+    """Fig. 17 over seeds: for each ablation in the files' ``ablations`` block, its simulated
+    time to Random's best accuracy over its reference's (FedHybrid's; FedHybrid without the
+    selector's for the ``-noselector-*`` checks) and its simulated seconds per round over the
+    reference's, per seed and as the median. A variant that never reaches the target is
+    counted as slower and left out of the time median, as Oort is in ``table``."""
+    per: dict[str, list[dict]] = {}
+    for run in runs:
+        rows = {r["method"]: r for r in run.get("ablations", {}).get(agg, [])}
+        for name, r in rows.items():
+            if name == "random" or name == "fedhybrid":
+                continue
+            ref = rows.get("fedhybrid-noselector" if "-noselector-" in name else "fedhybrid")
+            if ref is None:
+                continue
+            t, tr = r.get("time_to_target_s"), ref.get("time_to_target_s")
+            spr = (r["sim_time_s"] / r["rounds"]) / (ref["sim_time_s"] / ref["rounds"])
+            per.setdefault(name, []).append({
+                "seed": run.get("seed"),
+                "time_ratio": (t / tr) if (t and tr) else None,
+                "missed": not t,
+                "round_ratio": spr,
+            })  # fmt: skip
+    out = {}
+    for name, rows in per.items():
+        slower = sum(1 for r in rows if r["missed"] or (r["time_ratio"] or 0) > 1.0)
+        out[name] = {
+            "rows": rows,
+            "time_ratio": median([r["time_ratio"] for r in rows]),
+            "round_ratio": median([r["round_ratio"] for r in rows]),
+            "slower": slower,
+            "slower_5pct": sum(1 for r in rows if r["missed"] or (r["time_ratio"] or 0) > 1.05),
+            "missed": sum(1 for r in rows if r["missed"]),
+            "seeds": len(rows),
+        }
+    return out
+
+
 def _f(v: float | None, fmt: str) -> str:
     return "-" if v is None else format(v, fmt)
 
@@ -152,6 +193,9 @@ def main(argv: list[str] | None = None) -> int:
         run.setdefault("seed", _seed_of(f))
         runs.append(run)
     out = table(runs, args.aggregator, args.method)
+    abl = ablation_table(runs, args.aggregator)
+    if abl:
+        out["ablations"] = abl
     if args.json:
         print(json.dumps(out))
         return 0
@@ -179,6 +223,14 @@ def main(argv: list[str] | None = None) -> int:
         for meth, v in m["held_last"].items():
             print(f"  {meth:<18}{_f(100 * v if v is not None else None, '.1f'):>6}%"
                   f"{_f(100 * m['other_last'][meth] if m['other_last'][meth] is not None else None, '.1f'):>7}%")  # fmt: skip
+    if abl:
+        print("Fig. 17 ablations: time to target / simulated s per round over the reference's "
+              "(FedHybrid's; without the selector's for -noselector-*), median over seeds; "
+              "slower: on how many seeds (> 1.00x, > 1.05x; never reaching the target counts)")  # fmt: skip
+        for name, a in abl.items():
+            print(f"  {name:<36}{_f(a['time_ratio'], '.2f'):>6}x{_f(a['round_ratio'], '.2f'):>6}x"
+                  f"  slower on {a['slower']} / {a['slower_5pct']} of {a['seeds']}"
+                  + (f" ({a['missed']} never reached it)" if a["missed"] else ""))  # fmt: skip
     return 0
 
 

@@ -97,3 +97,38 @@ def test_method_compares_another_method_from_the_curves(tmp_path, capsys):
     assert row["vs_oracle_last_points"] == pytest.approx(1.0)
     assert mod.main([str(p), "--method", "heterofl-x"]) == 2
     assert "did not run 'heterofl-x'" in capsys.readouterr().err
+
+
+def test_fig17_ablations_are_summarised_over_seeds(tmp_path, capsys):
+    """Each ablation's time to target and seconds per round over its reference's (FedHybrid's;
+    without the selector's for the -noselector-* checks), median over seeds; a variant that
+    never reaches the target counts as slower and stays out of the time median."""
+    mod = load_benchmark("fedhybrid_seeds")
+
+    def abl(name, t, sim, rounds=10):
+        return {"method": name, "time_to_target_s": t, "sim_time_s": sim, "rounds": rounds}
+
+    files = []
+    for seed, (nopred, noopt) in enumerate([(120.0, 90.0), (None, 110.0), (100.0, 130.0)]):
+        run = _run(seed, 0.80, 0.70, 0.72, 10.0, 50.0)
+        run["ablations"] = {"fedprox": [
+            abl("random", 500.0, 900.0), abl("fedhybrid", 100.0, 200.0),
+            abl("fedhybrid-nopredictor", nopred, 300.0),
+            abl("fedhybrid-noselector", 200.0, 400.0),
+            abl("fedhybrid-noselector-nooptimizer", noopt * 4, 800.0, rounds=20),
+        ]}  # fmt: skip
+        p = tmp_path / f"a_s{seed}.json"
+        p.write_text(json.dumps(run))
+        files.append(str(p))
+    assert mod.main([*files, "--json"]) == 0
+    a = json.loads(capsys.readouterr().out)["ablations"]
+    pred = a["fedhybrid-nopredictor"]
+    assert pred["time_ratio"] == pytest.approx(1.1)  # 1.2 and 1.0; seed 1 never reached it
+    assert pred["round_ratio"] == pytest.approx(1.5)  # 30 s against 20 s per round
+    assert (pred["slower"], pred["slower_5pct"], pred["missed"]) == (2, 2, 1)
+    opt = a["fedhybrid-noselector-nooptimizer"]  # against fedhybrid-noselector's 200 s
+    assert opt["time_ratio"] == pytest.approx(2.2)  # 1.8, 2.2, 2.6
+    assert opt["round_ratio"] == pytest.approx(1.0)  # 40 s per round against 40 s
+    assert opt["slower"] == 3 and a["fedhybrid-noselector"]["time_ratio"] == pytest.approx(2.0)
+    assert mod.main(files) == 0
+    assert "fedhybrid-nopredictor" in capsys.readouterr().out
