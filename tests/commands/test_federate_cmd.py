@@ -161,3 +161,6 @@ def test_every_federated_example_config_is_valid():
     assert (ex.federated.fedhybrid_stat, ex.federated.fedhybrid_explore) == ("samples", "samples")
     assert ex.partition.low_memory_classes == 2 and ex.federated.local_epochs is None
     assert ex.federated.overcommit == 1.0
+    fig17 = load_config(root / "federated-mnist-fig17.yaml", schema=FederatedConfig)
+    assert fig17.federated.overcommit == 1.0 and fig17.partition.low_memory_classes in (None, 0)
+    assert fig17.federated.method == "fedhybrid" and fig17.federated.local_steps == 5
