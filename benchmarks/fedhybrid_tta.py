@@ -648,6 +648,11 @@ def main(argv: list[str] | None = None) -> int:
         help="FedHybrid's exploration draw: by check-in system utility as printed, or by "
         "sample count as FedScale's Oort explores",
     )  # fmt: skip
+    ap.add_argument(
+        "--unplannable", choices=("dispatch", "exclude"), default=None,
+        help="a client whose check-in budget no server-side plan fits: offered to the "
+        "selector (dispatch, the default) or left out (exclude)",
+    )  # fmt: skip
     ap.add_argument("--overcommit", type=float, default=None, help="selected / per round")
     ap.add_argument("--failure-report", choices=("deadline", "immediate"), default=None)
     ap.add_argument("--deadline-factor", type=float, default=None)
@@ -712,6 +717,7 @@ def main(argv: list[str] | None = None) -> int:
             "baseline_plans": args.baseline_plans,
             "baseline_plan_charge": args.baseline_plan_charge,
             "device_plan_generator": args.device_plan_generator,
+            "unplannable": args.unplannable,
         }.items()
         if v is not None
     }

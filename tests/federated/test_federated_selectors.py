@@ -259,3 +259,42 @@ def test_exploration_draw_is_a_distribution_over_the_unexplored(samples, mem_gb,
     if explore == "samples":
         w = np.maximum(np.array(samples, dtype=float), 1.0)
         assert p == pytest.approx(w / w.sum())
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    mask=st.lists(st.booleans(), min_size=12, max_size=12).filter(any),
+    k=st.integers(1, 12),
+    seed=st.integers(0, 2**16),
+)
+def test_every_selector_picks_only_eligible_clients(mask, k, seed):
+    """``CheckIn.eligible`` (``federated.unplannable: exclude``): whatever the mask, each
+    selector returns min(k, |eligible|) distinct eligible clients, in every round, also once
+    it has feedback from clients that later became ineligible."""
+    rng = np.random.default_rng(seed)
+    n = len(mask)
+    full = CheckIn(
+        n_samples=rng.integers(5, 100, n),
+        memory_budget=rng.uniform(1, 12, n) * GB,
+        step_time_s=rng.uniform(0.2, 3.0, n),
+        est_duration_s=rng.uniform(5.0, 60.0, n),
+        m_g=4 * GB,
+    )
+    masked = CheckIn(**{**full.__dict__, "eligible": np.array(mask)})
+    ok = set(np.flatnonzero(mask).tolist())
+    for sel in (RandomSelector(seed), FedHybridSelector(seed), OortSelector(seed)):
+        # round 1 on every client (feedback from all), then rounds on the masked check-in
+        first = sel.select(1, full, min(k, n))
+        sel.update(1, [Feedback(c, True, 10.0, 1.0 + c, 20) for c in first])
+        for r in (2, 3, 4):
+            picked = sel.select(r, masked, k)
+            assert len(picked) == len(set(picked)) == min(k, len(ok))
+            assert set(picked) <= ok, (sel.name, picked, ok)
+            sel.update(r, [Feedback(c, True, 10.0, 1.0, 20) for c in picked])
+
+
+def test_random_selection_is_unchanged_when_every_client_is_eligible():
+    ci = _checkin()
+    every = CheckIn(**{**ci.__dict__, "eligible": np.ones(len(ci), dtype=bool)})
+    assert RandomSelector(5).select(1, ci, 3) == RandomSelector(5).select(1, every, 3)
+    assert list(every.candidates()) == list(range(6)) and every.is_eligible(5)

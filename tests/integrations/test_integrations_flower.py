@@ -188,6 +188,18 @@ def test_partial_work_is_refused_with_the_accepted_alternative(env):
         make_strategy(partial, env, "fedhybrid")
 
 
+def test_unplannable_exclude_is_refused_with_the_accepted_alternative(env):
+    from edgetrain.integrations.flower.simulation import make_strategy
+
+    excl = CFG.model_copy(
+        update={"federated": CFG.federated.model_copy(update={"unplannable": "exclude"})}
+    )
+    with pytest.raises(
+        ConfigError, match="unplannable: exclude .* set federated.unplannable: dispatch"
+    ):
+        make_strategy(excl, env, "fedhybrid")
+
+
 def test_fedhybrid_selector_settings_reach_the_flower_strategy(env):
     """The strategy builds FedHybrid's selector from the same settings as edgetrain federate
     (``selector_options``), so fedhybrid_stat / fedhybrid_explore are not dropped on Flower;

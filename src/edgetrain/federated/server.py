@@ -225,6 +225,7 @@ class FederatedServer:
             step_time_s=env.step_time_s(),
             est_duration_s=env.est_duration_s(),
             m_g=env.m_g,
+            eligible=self._plannable() if fcfg.unplannable == "exclude" else None,
         )
         # the round's reporting deadline (config field federated.deadline_s; see there)
         self.deadline_s: float | None = fcfg.deadline_s
@@ -232,6 +233,38 @@ class FederatedServer:
             self.deadline_s = fcfg.deadline_factor * float(np.max(self._checkin.est_duration_s))
 
     # -- helpers ----------------------------------------------------------------------------
+    def _plannable(self) -> np.ndarray | None:
+        """``federated.unplannable: exclude``: the clients the selector may pick -- those whose
+        check-in budget holds M_G or admits a plan from the server's planner (the plan cache's
+        bucket, as :meth:`_client_round` asks for it). None (every client) for methods whose
+        plans the server does not make: no plans, on-device generation, Table 4's uniform
+        plans, and the oracle."""
+        env, m = self.env, self.method
+        if (
+            m.technique not in PLAN_TECHNIQUES
+            or not m.optimizer
+            or m.oracle
+            or self.uniform_plan is not None
+            or self.plans is None
+        ):
+            return None
+        ok = np.array(
+            [
+                b >= env.m_g
+                or self.plans.plan_for(m.technique, b / env.m_g, env.memory_class(c)).feasible
+                for c, b in enumerate(env.budgets)
+            ],
+            dtype=bool,
+        )
+        if not ok.any():
+            raise ConfigError(
+                f"federated.unplannable: exclude leaves no client to select: no "
+                f"{m.technique} plan fits any client's budget (largest "
+                f"{float(np.max(env.budgets)) / env.m_g:.2f} of M_G); lower the model's "
+                "memory or set federated.unplannable: dispatch"
+            )
+        return ok
+
     def _build_width(self, width: float) -> torch.nn.Module:
         if width >= 1.0:
             return self.env.build_model()

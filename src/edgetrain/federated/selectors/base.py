@@ -32,9 +32,21 @@ class CheckIn:
     step_time_s: np.ndarray
     est_duration_s: np.ndarray
     m_g: float  # memory to train the model without any saving technique (bytes)
+    # which clients the selector may pick (None: all); the server leaves out clients that
+    # cannot run the round's task (``federated.unplannable: exclude``)
+    eligible: np.ndarray | None = None
 
     def __len__(self) -> int:
         return len(self.n_samples)
+
+    def candidates(self) -> np.ndarray:
+        """Ids of the clients the selector may pick, ascending."""
+        if self.eligible is None:
+            return np.arange(len(self.n_samples))
+        return np.flatnonzero(self.eligible)
+
+    def is_eligible(self, cid: int) -> bool:
+        return self.eligible is None or bool(self.eligible[cid])
 
 
 @dataclass(frozen=True)

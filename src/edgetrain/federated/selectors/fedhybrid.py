@@ -121,9 +121,9 @@ class FedHybridSelector(Selector):
 
     def scores(self, round_idx: int, checkin: CheckIn) -> dict[int, float]:
         """UCB scores of the explored clients."""
-        if not self.loss_sq:
+        ids = np.array([i for i in sorted(self.loss_sq) if checkin.is_eligible(i)], dtype=int)
+        if not ids.size:
             return {}
-        ids = np.array(sorted(self.loss_sq))
         u = utility(
             np.array([self.loss_sq[i] for i in ids]),
             checkin.memory_budget[ids],
@@ -140,14 +140,19 @@ class FedHybridSelector(Selector):
 
     def select(self, round_idx: int, checkin: CheckIn, k: int) -> list[int]:
         n = len(checkin)
-        k = min(k, n)
+        k = min(k, len(checkin.candidates()))
         scores = self.scores(round_idx, checkin)
         n_exploit = min(int(round(self.epsilon * k)), len(scores))
         ranked = sorted(scores, key=lambda c: (-scores[c], c))
         picked = ranked[:n_exploit]
         chosen = set(picked)
         unexplored = np.array(
-            [i for i in range(n) if i not in self.selected_before and i not in chosen], dtype=int
+            [
+                i
+                for i in range(n)
+                if i not in self.selected_before and i not in chosen and checkin.is_eligible(i)
+            ],
+            dtype=int,
         )
         n_explore = min(k - len(picked), len(unexplored))
         if n_explore > 0:
@@ -159,7 +164,9 @@ class FedHybridSelector(Selector):
             picked += [c for c in ranked if c not in chosen][: k - len(picked)]
             chosen = set(picked)
         if len(picked) < k:  # nothing reported yet from the rest: the system utility decides
-            rest = np.array([i for i in range(n) if i not in chosen], dtype=int)
+            rest = np.array(
+                [i for i in range(n) if i not in chosen and checkin.is_eligible(i)], dtype=int
+            )
             sys_util = mem_stat(checkin.memory_budget[rest], checkin.m_g, self.memstat) * comp_stat(
                 checkin.step_time_s[rest]
             )

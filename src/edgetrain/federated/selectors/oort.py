@@ -161,7 +161,7 @@ class OortSelector(Selector):
         self._register(checkin)
         t = round_idx
         self._pacer(t)
-        feasible = list(range(len(checkin)))
+        feasible = [int(i) for i in checkin.candidates()]  # FedScale's getFeasibleClients
         scores = self.scores(t, feasible)
         self.exploration = max(self.exploration * self.decay, self.exploration_min)
         explore_len = int(k * self.exploration)
@@ -182,7 +182,7 @@ class OortSelector(Selector):
                 int(c) for c in self.rng.choice(temp, exploit_len, p=p, replace=False)
             ]
         self.exploit_clients = picked_exploit
-        unexplored = sorted(self.unexplored)
+        unexplored = sorted(c for c in self.unexplored if checkin.is_eligible(c))
         picked_explore: list[int] = []
         # FedScale explores min(unexplored, k - exploited) clients; none when exploitation
         # fills the cohort (k x exploration < 1 once exploration decays: with 3 clients per

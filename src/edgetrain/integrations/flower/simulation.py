@@ -134,6 +134,13 @@ def make_strategy(
             "only by the in-process and Ray runtimes (edgetrain federate); on Flower set "
             "federated.partial_work: false"
         )
+    if f.unplannable != "dispatch":
+        # the strategy plans for the nodes it selected, after the selection; it does not
+        # yet hand the selector the set of nodes that a plan can fit
+        raise ConfigError(
+            f"federated.unplannable: {f.unplannable} is run only by the in-process and Ray "
+            "runtimes (edgetrain federate); on Flower set federated.unplannable: dispatch"
+        )
     opts: dict[str, Any] = {}
     if f.aggregator == "fedprox":
         opts = {"mu": f.mu}
