@@ -126,7 +126,7 @@ def ablation_table(runs: list[dict], agg: str = "fedprox") -> dict:
     for run in runs:
         rows = {r["method"]: r for r in run.get("ablations", {}).get(agg, [])}
         for name, r in rows.items():
-            if name == "random" or name == "fedhybrid":
+            if name in ("random", "fedhybrid"):
                 continue
             ref = rows.get("fedhybrid-noselector" if "-noselector-" in name else "fedhybrid")
             if ref is None:

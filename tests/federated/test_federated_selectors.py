@@ -297,4 +297,7 @@ def test_random_selection_is_unchanged_when_every_client_is_eligible():
     ci = _checkin()
     every = CheckIn(**{**ci.__dict__, "eligible": np.ones(len(ci), dtype=bool)})
     assert RandomSelector(5).select(1, ci, 3) == RandomSelector(5).select(1, every, 3)
+    # ... and equal to the draw before eligibility existed: choice(n) on the same generator
+    before = sorted(int(i) for i in np.random.default_rng(5).choice(6, size=3, replace=False))
+    assert RandomSelector(5).select(1, every, 3) == before
     assert list(every.candidates()) == list(range(6)) and every.is_eligible(5)

@@ -9,9 +9,7 @@ class RandomSelector(Selector):
     name = "random"
 
     def select(self, round_idx: int, checkin: CheckIn, k: int) -> list[int]:
-        if checkin.eligible is None:  # the draw as before eligibility existed
-            k = min(k, len(checkin))
-            return sorted(int(i) for i in self.rng.choice(len(checkin), size=k, replace=False))
+        # choice over arange(n) draws exactly as choice(n): all eligible = the earlier draw
         ids = checkin.candidates()
         k = min(k, len(ids))
         return sorted(int(i) for i in self.rng.choice(ids, size=k, replace=False))
