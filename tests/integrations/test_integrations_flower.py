@@ -188,16 +188,31 @@ def test_partial_work_is_refused_with_the_accepted_alternative(env):
         make_strategy(partial, env, "fedhybrid")
 
 
-def test_unplannable_exclude_is_refused_with_the_accepted_alternative(env):
+def test_unplannable_exclude_hands_the_selector_only_plannable_nodes(env):
+    """``federated.unplannable: exclude`` on Flower: the strategy's check-in marks as
+    ineligible a node whose budget no server-side plan fits (a budget bucket of 0 of M_G:
+    infeasible without planning), keeps nodes at or above M_G, and the selector never picks
+    an ineligible node; with no node plannable it raises the server's ConfigError. Methods
+    without server-side plans (oort) leave every node eligible."""
     from edgetrain.integrations.flower.simulation import make_strategy
 
     excl = CFG.model_copy(
         update={"federated": CFG.federated.model_copy(update={"unplannable": "exclude"})}
     )
-    with pytest.raises(
-        ConfigError, match="unplannable: exclude .* set federated.unplannable: dispatch"
-    ):
-        make_strategy(excl, env, "fedhybrid")
+    strat = make_strategy(excl, env, "fedhybrid")
+    assert strat.unplannable == "exclude" and strat.plan_service is not None
+    strat.device_class = [env.memory_class(c) for c in range(4)]
+    m = env.m_g
+    mask = strat.plannable(np.array([2 * m, 0.001 * m, m, 0.001 * m]))
+    assert mask.tolist() == [True, False, True, False]
+    checkin = CheckIn(env.n_samples, np.array([2 * m, 0.001 * m, m, 0.001 * m]),
+                      env.step_time_s(), env.est_duration_s(), m, eligible=mask)  # fmt: skip
+    for rnd in range(1, 6):
+        assert set(strat.selector.select(rnd, checkin, 2)) == {0, 2}
+    with pytest.raises(ConfigError, match="unplannable: exclude leaves no node .* dispatch"):
+        strat.plannable(np.full(4, 0.001 * m))
+    assert make_strategy(excl, env, "oort").unplannable == "dispatch"
+    assert make_strategy(CFG, env, "fedhybrid").unplannable == CFG.federated.unplannable
 
 
 def test_fedhybrid_selector_settings_reach_the_flower_strategy(env):

@@ -134,13 +134,6 @@ def make_strategy(
             "only by the in-process and Ray runtimes (edgetrain federate); on Flower set "
             "federated.partial_work: false"
         )
-    if f.unplannable != "dispatch":
-        # the strategy plans for the nodes it selected, after the selection; it does not
-        # yet hand the selector the set of nodes that a plan can fit
-        raise ConfigError(
-            f"federated.unplannable: {f.unplannable} is run only by the in-process and Ray "
-            "runtimes (edgetrain federate); on Flower set federated.unplannable: dispatch"
-        )
     opts: dict[str, Any] = {}
     if f.aggregator == "fedprox":
         opts = {"mu": f.mu}
@@ -171,6 +164,9 @@ def make_strategy(
         failure_report=f.failure_report,
         deadline_factor=f.deadline_factor,
         straggler_feedback=f.straggler_feedback,
+        # the server-side plan service decides who can be planned; on-device generation
+        # (the -nooptimizer ablation) and no plans leave every node eligible, as in-process
+        unplannable=f.unplannable if plans is not None and spec.optimizer else "dispatch",
         local_steps=f.local_steps,
         batch_size=f.batch_size,
         lr=f.lr,

@@ -99,6 +99,7 @@ class EdgetrainStrategy(Strategy):
         failure_report: str = "immediate",
         deadline_factor: float = 2.0,
         straggler_feedback: str = "none",
+        unplannable: str = "dispatch",
     ) -> None:
         if clients_per_round < 1:
             raise ConfigError(f"clients_per_round={clients_per_round}; expected >= 1")
@@ -118,6 +119,8 @@ class EdgetrainStrategy(Strategy):
             raise ConfigError(
                 f"straggler_feedback {straggler_feedback!r}; expected average or none"
             )
+        if unplannable not in ("dispatch", "exclude"):
+            raise ConfigError(f"unplannable {unplannable!r}; expected dispatch or exclude")
         if not node_timeout_s > 0:
             raise ConfigError(f"node_timeout_s={node_timeout_s}; expected seconds > 0")
         if checkin_every < 0 or evaluate_clients < 0 or min_available_nodes < 1:
@@ -130,6 +133,7 @@ class EdgetrainStrategy(Strategy):
         self.deadline_s = deadline_s
         self.overcommit, self.failure_report = overcommit, failure_report
         self.deadline_factor, self.straggler_feedback = deadline_factor, straggler_feedback
+        self.unplannable = unplannable
         self.local_steps, self.batch_size, self.lr = local_steps, batch_size, lr
         self.seed = seed
         self.min_available_nodes = min_available_nodes
@@ -198,17 +202,44 @@ class EdgetrainStrategy(Strategy):
         self.node_of = {c: rows[c][0] for c in range(n)}
         self.compute = col(K.COMPUTE)
         self.device_class = [rows[c][2] for c in range(n)]
+        budget = col(K.MEMORY_BUDGET)
         self.checkin = CheckIn(
             n_samples=col(K.N_SAMPLES).astype(np.int64),
-            memory_budget=col(K.MEMORY_BUDGET),
+            memory_budget=budget,
             step_time_s=col(K.STEP_TIME),
             est_duration_s=col(K.EST_DURATION),
             m_g=self.m_g,
+            eligible=self.plannable(budget) if self.unplannable == "exclude" else None,
         )
         log(INFO, "check-in: %d edgetrain clients", n)
         return self.checkin
 
     # -- plans --------------------------------------------------------------------------------
+    def plannable(self, budget: np.ndarray) -> np.ndarray | None:
+        """``unplannable: exclude``: the nodes the selector may pick -- those whose check-in
+        budget holds M_G or admits a plan from the plan service (its cached bucket for the
+        node's device class), as ``FederatedServer`` decides it. None (every node) without a
+        plan service."""
+        if self.plan_service is None:
+            return None
+        ok = np.array(
+            [
+                b >= self.m_g
+                or self.plan_service.plan_for(
+                    self.plan_strategy, float(b) / self.m_g, self.device_class[c]
+                ).feasible
+                for c, b in enumerate(budget)
+            ],
+            dtype=bool,
+        )
+        if not ok.any():
+            raise ConfigError(
+                f"unplannable: exclude leaves no node to select: no {self.plan_strategy} plan "
+                f"fits any node's budget (largest {float(np.max(budget)) / self.m_g:.2f} of "
+                "M_G); lower the model's memory or set federated.unplannable: dispatch"
+            )
+        return ok
+
     def plans_for(self, cids: list[int]) -> dict[int, PlanOutcome]:
         """Plans for the selected clients whose budget is below M_G (clustered, cached)."""
         assert self.checkin is not None
