@@ -36,17 +36,17 @@ def _selected(recs):
 
 
 def test_exclude_keeps_clients_no_plan_fits_out_of_every_round(plans):
-    base = build_environment(small_fleet_config(memory=MEM, federated={"rounds": 6}))
-    excl = build_environment(
-        small_fleet_config(memory=MEM, federated={"rounds": 6, "unplannable": "exclude"})
+    base = build_environment(
+        small_fleet_config(memory=MEM, federated={"rounds": 6, "unplannable": "dispatch"})
     )
+    excl = build_environment(small_fleet_config(memory=MEM, federated={"rounds": 6}))
     bad = _unplannable(base, plans, "recompute")
     assert bad, "the set-up must leave some client below the recompute floor"
-    # dispatch (the default): Random selection over every client picks them
+    # dispatch (the rule through round 32): Random selection over every client picks them
     disp = FederatedServer(base, "fedhybrid-noselector-nocompress", "fedavg", None, plans)
     recs = disp.run(6)
     assert _selected(recs) & bad
-    # exclude: the same method never selects them, and each round still fills its cohort
+    # exclude (the default): the same method never selects them, and each round still fills its cohort
     for method in ("fedhybrid-noselector-nocompress", "fedhybrid-nocompress"):
         srv = FederatedServer(excl, method, "fedavg", None, plans)
         assert set(range(len(excl.fleet))) - set(srv._checkin.candidates()) == bad
@@ -74,6 +74,10 @@ def test_a_fleet_no_plan_fits_is_one_clear_error():
     )
     with pytest.raises(ConfigError, match="unplannable: exclude leaves no client.*dispatch"):
         FederatedServer(env, "fedhybrid", "fedavg")
+
+
+def test_exclude_is_the_default():
+    assert small_fleet_config().federated.unplannable == "exclude"
 
 
 def test_a_bad_value_names_the_accepted_ones():

@@ -167,13 +167,15 @@ class FederatedSection(_Strict):
     # §5.4 says; "recompute" -- the recompute planner alone (the rule before round 5)
     device_plan_generator: Literal["melon", "recompute"] = "melon"
     # A client whose check-in budget no server-side plan fits (below the planner's floor:
-    # on BBC News' small BERT, hybrid plans need >= 0.30 M_G): "dispatch" -- it can still be
-    # selected, trains without a plan and is killed above its physical memory (the rule
-    # through round 31); "exclude" -- the server that makes the plans knows none fits, so the
-    # selector does not pick it (FedScale's "feasible clients": only clients that can run
-    # the task are offered to the selector). Applies to methods whose plans the server makes
+    # on BBC News' small BERT, hybrid plans need >= 0.30 M_G): "exclude" (the default since
+    # round 33) -- the server that makes the plans knows none fits, so the selector does not
+    # pick it (FedScale's "feasible clients": only clients that can run the task are offered
+    # to the selector; FedHybrid sends each selected client "an execution plan that fits its
+    # predicted budget"); "dispatch" -- it can still be selected, trains without a plan and
+    # is killed above its physical memory (the rule through round 32: figures measured
+    # before then reproduce with it). Applies to methods whose plans the server makes
     # (fedhybrid and its -noselector / -nocompress / -nopredictor / -oortselector forms).
-    unplannable: Literal["dispatch", "exclude"] = "dispatch"
+    unplannable: Literal["dispatch", "exclude"] = "exclude"
 
     @field_validator("method")
     @classmethod
