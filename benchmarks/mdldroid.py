@@ -1113,6 +1113,29 @@ def _flat(tensors) -> torch.Tensor:
     return torch.cat([t.reshape(-1).to(torch.float64) for t in tensors])
 
 
+def calibration(logits: torch.Tensor, y: torch.Tensor) -> tuple[float, float, float]:
+    """(mean top-class probability, the temperature T that minimises the test
+    cross-entropy of ``logits / T``, that least cross-entropy). T > 1: the model is
+    over-confident; the least cross-entropy is the loss with the confidence level removed,
+    so what is left of a loss difference is in the ranking of the classes. T from a
+    log-spaced grid over [0.25, 4] (step 0.5 %)."""
+    import torch.nn.functional as F
+
+    logits = logits.to(torch.float64)
+    conf = float(logits.softmax(1).max(1).values.mean())
+    temps = torch.logspace(math.log10(0.25), math.log10(4.0), 557, dtype=torch.float64)
+    nll = torch.stack([F.cross_entropy(logits / t, y) for t in temps])
+    i = int(torch.argmin(nll))
+    return conf, float(temps[i]), float(nll[i])
+
+
+def _corr(a: list[float], b: list[float]) -> float:
+    """Pearson correlation (nan with fewer than 3 pairs or a constant side)."""
+    if len(a) < 3 or np.std(a) == 0 or np.std(b) == 0:
+        return float("nan")
+    return float(np.corrcoef(a, b)[0, 1])
+
+
 def drift_of(deltas: dict) -> tuple[float, float]:
     """Client drift just before one aggregation: (RMS over devices of ‖w_d − w̄‖, ‖w̄ − w_g‖).
 
@@ -1159,7 +1182,7 @@ def drift_section(ds, variants, aggs_list, epochs: int, seeds: list[int]) -> Non
     """Accuracy, test loss and client drift at several aggregations per epoch, paired by
     seed against the first, in several data splits. Ring order and no busy device: the
     schedule changes only which float32 roundings the mean takes, not the mean."""
-    het_rows, rows = [], []
+    het_rows, rows, cal_rows = [], [], []
     for v in variants:
         label, over, how = DRIFT_VARIANTS[v]
         probe = ChainConfig(seed=seeds[0], **over)
@@ -1177,6 +1200,7 @@ def drift_section(ds, variants, aggs_list, epochs: int, seeds: list[int]) -> Non
         drift = {k: [] for k in ks}
         step = {k: [] for k in ks}
         ratio = {k: [] for k in ks}
+        cal = {k: [] for k in ks}  # (confidence, T, calibrated test loss) per seed
         b2_init, b2_end, tv, sizes = [], [], [], None
         for seed in seeds:
             vds = _regroup(ds, how, seed)
@@ -1216,6 +1240,10 @@ def drift_section(ds, variants, aggs_list, epochs: int, seeds: list[int]) -> Non
                         torch.cat([y for _, y in fleet.parts]),
                     )[1]
                 )
+                model.eval()
+                with torch.no_grad():
+                    cal[k].append(calibration(model(fleet.test[0]), fleet.test[1]))
+                model.train()
                 drift[k].append(statistics.median(d for d, _ in per_it))
                 step[k].append(statistics.median(s for _, s in per_it))
                 ratio[k].append(statistics.median(d / s for d, s in per_it if s > 0))
@@ -1269,6 +1297,23 @@ def drift_section(ds, variants, aggs_list, epochs: int, seeds: list[int]) -> Non
                     statistics.median(ratio[k]),
                 ]
             )
+            d_conf = [a[0] - b[0] for a, b in zip(cal[k], cal[base], strict=True)]
+            d_cal = [a[2] - b[2] for a, b in zip(cal[k], cal[base], strict=True)]
+            chi, clo = sum(x > 0 for x in d_cal), sum(x < 0 for x in d_cal)
+            fin = [(t, r) for t, r in zip(d_loss, d_train, strict=True) if math.isfinite(t + r)]
+            cal_rows.append(
+                [
+                    v,
+                    k,
+                    f"{statistics.median(c[0] for c in cal[k]):.4f}",
+                    f"{statistics.mean(d_conf):+.4f}",
+                    f"{statistics.median(c[1] for c in cal[k]):.3f}",
+                    f"{statistics.median(c[2] for c in cal[k]):.4f}",
+                    f"{statistics.mean(d_cal):+.4f}",
+                    f"{clo}/{chi}/{len(d_cal) - chi - clo}",
+                    f"{_corr([t for t, _ in fin], [r for _, r in fin]):.2f}",
+                ]
+            )
             print(f"  {v} {k}/epoch accuracy per seed: {' '.join(f'{a:.2f}' for a in acc[k])}")
             print(f"  {v} {k}/epoch test loss per seed: {' '.join(f'{x:.4f}' for x in loss[k])}")
             print(f"  {v} {k}/epoch train loss per seed: {' '.join(f'{x:.4f}' for x in train[k])}")
@@ -1310,6 +1355,27 @@ def drift_section(ds, variants, aggs_list, epochs: int, seeds: list[int]) -> Non
             "drift/step",
         ],
         rows,
+    )
+    table(
+        "Where the test loss moves (same runs): confidence = mean top-class probability on "
+        "the test windows; T = the temperature that minimises the test cross-entropy (> 1: "
+        "over-confident); calibrated loss = that least cross-entropy, the loss with the "
+        "confidence level removed (medians; Δ = mean paired difference against "
+        f"{aggs_list[0]} per epoch; better/worse/tie for the calibrated loss); corr = Pearson "
+        "correlation over seeds of Δ test loss with Δ training loss (near 1: the test loss "
+        "moves with how well the run fits its training windows, not with a generalisation gap)",
+        [
+            "split",
+            "aggs/epoch",
+            "confidence",
+            "Δ confidence",
+            "T",
+            "calibrated loss",
+            "Δ calibrated",
+            "better/worse/tie (calibrated)",
+            "corr(Δ test, Δ train)",
+        ],
+        cal_rows,
     )
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
 from bench_loader import load_benchmark
@@ -142,6 +144,28 @@ def test_drift_measures():
     assert mod._sign_p(0, 0) == 1.0 and mod._sign_p(10, 0) == pytest.approx(2 / 1024)
 
 
+def test_calibration_finds_the_temperature_and_removes_the_confidence_level():
+    """The calibrated loss is the least cross-entropy over temperatures: never above the
+    loss at T = 1; logits scaled by 2 are twice as over-confident (T doubles) and reach the
+    same calibrated loss; the correlation helper on hand values."""
+    import torch
+    import torch.nn.functional as F
+
+    mod = _bench()
+    torch.manual_seed(0)
+    y = torch.randint(0, 4, (400,))
+    logits = torch.randn(400, 4) + 1.5 * F.one_hot(y, 4)
+    conf, t, nll = mod.calibration(logits, y)
+    assert nll <= float(F.cross_entropy(logits.double(), y)) + 1e-12
+    assert 0.25 < conf < 1.0
+    conf2, t2, nll2 = mod.calibration(2 * logits, y)
+    assert t2 == pytest.approx(2 * t, rel=0.01) and nll2 == pytest.approx(nll, abs=1e-4)
+    assert conf2 > conf
+    assert mod._corr([1.0, 2.0, 3.0], [2.0, 4.0, 6.0]) == pytest.approx(1.0)
+    assert mod._corr([1.0, 2.0, 3.0], [3.0, 2.0, 1.0]) == pytest.approx(-1.0)
+    assert math.isnan(mod._corr([1.0, 2.0], [1.0, 2.0]))
+
+
 def test_drift_section_on_synthetic(capsys):
     """The drift section runs on any subject-labelled sensor set; the split by label is
     the more heterogeneous one (label TV, B²)."""
@@ -160,7 +184,12 @@ def test_drift_section_on_synthetic(capsys):
     assert float(het["label"][4]) > float(het["base"][4])
     assert float(het["label"][5]) > float(het["base"][5])
     start = next(i for i, r in enumerate(lines) if r.startswith("## Aggregations per epoch"))
-    rows = [r.split("|") for r in lines[start + 3 :] if r.startswith("| base | ")]
+    end = next(i for i, r in enumerate(lines) if r.startswith("## Where the test loss moves"))
+    rows = [r.split("|") for r in lines[start + 3 : end] if r.startswith("| base | ")]
     assert [c[2].strip() for c in rows] == ["1", "2"]
     assert rows[0][6].strip() == "0/0/1"  # k = 1 paired with itself
     assert rows[0][4].strip() == "0"  # no diverged run
+    cal = [r.split("|") for r in lines[end + 3 :] if r.startswith("| base | ")]
+    assert [c[2].strip() for c in cal] == ["1", "2"]
+    assert cal[0][4].strip() == "+0.0000" and cal[0][8].strip() == "0/0/1"
+    assert 0.0 < float(cal[1][3]) <= 1.0 and float(cal[1][5]) >= 0.25
