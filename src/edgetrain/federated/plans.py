@@ -314,6 +314,33 @@ class PlanService:
         return [o for o in out if o is not None]
 
 
+def plannable_mask(
+    service: PlanService,
+    strategy: str,
+    budgets: Sequence[float],
+    m_g: float,
+    device_classes: Sequence[str],
+    who: str = "client",
+) -> np.ndarray:
+    """``federated.unplannable: exclude``: True for each client whose budget holds M_G or
+    admits a feasible ``strategy`` plan at its cached budget bucket for its device class --
+    the clients the selector may be offered. Raises one ConfigError when none qualifies."""
+    ok = np.array(
+        [
+            b >= m_g or service.plan_for(strategy, float(b) / m_g, device_classes[c]).feasible
+            for c, b in enumerate(budgets)
+        ],
+        dtype=bool,
+    )
+    if not ok.any():
+        raise ConfigError(
+            f"federated.unplannable: exclude leaves no {who} to select: no {strategy} plan "
+            f"fits any {who}'s budget (largest {float(np.max(budgets)) / m_g:.2f} of M_G); "
+            "lower the model's memory or set federated.unplannable: dispatch"
+        )
+    return ok
+
+
 def compress_share(p: ExecutionPlan) -> dict[str, float]:
     """Per codec, the share of the plan's saved-activation bytes its compressed units hold."""
     total = sum(u.saved_bytes for u in p.units)

@@ -53,7 +53,12 @@ from edgetrain.federated.aggregators import Aggregator, make_aggregator
 from edgetrain.federated.baselines import melon_exact, uniform_fraction, uniform_plan
 from edgetrain.federated.environment import Environment
 from edgetrain.federated.methods import METHODS, MethodSpec
-from edgetrain.federated.plans import ON_DEVICE_PLAN_SLOWDOWN, PlanOutcome, PlanService
+from edgetrain.federated.plans import (
+    ON_DEVICE_PLAN_SLOWDOWN,
+    PlanOutcome,
+    PlanService,
+    plannable_mask,
+)
 from edgetrain.federated.selectors import CheckIn, Feedback, Selector, make_selector
 from edgetrain.runs import (
     RunDir,
@@ -248,22 +253,8 @@ class FederatedServer:
             or self.plans is None
         ):
             return None
-        ok = np.array(
-            [
-                b >= env.m_g
-                or self.plans.plan_for(m.technique, b / env.m_g, env.memory_class(c)).feasible
-                for c, b in enumerate(env.budgets)
-            ],
-            dtype=bool,
-        )
-        if not ok.any():
-            raise ConfigError(
-                f"federated.unplannable: exclude leaves no client to select: no "
-                f"{m.technique} plan fits any client's budget (largest "
-                f"{float(np.max(env.budgets)) / env.m_g:.2f} of M_G); lower the model's "
-                "memory or set federated.unplannable: dispatch"
-            )
-        return ok
+        classes = [env.memory_class(c) for c in range(len(env.budgets))]
+        return plannable_mask(self.plans, m.technique, env.budgets, env.m_g, classes)
 
     def _build_width(self, width: float) -> torch.nn.Module:
         if width >= 1.0:

@@ -46,7 +46,7 @@ from flwr.supercore import log
 
 from edgetrain.errors import ConfigError, DataError
 from edgetrain.federated.aggregators import Aggregator
-from edgetrain.federated.plans import STRATEGIES, PlanOutcome, PlanService
+from edgetrain.federated.plans import STRATEGIES, PlanOutcome, PlanService, plannable_mask
 from edgetrain.federated.selectors import CheckIn, Feedback, Selector
 from edgetrain.integrations.flower import keys as K
 
@@ -222,23 +222,9 @@ class EdgetrainStrategy(Strategy):
         plan service."""
         if self.plan_service is None:
             return None
-        ok = np.array(
-            [
-                b >= self.m_g
-                or self.plan_service.plan_for(
-                    self.plan_strategy, float(b) / self.m_g, self.device_class[c]
-                ).feasible
-                for c, b in enumerate(budget)
-            ],
-            dtype=bool,
+        return plannable_mask(
+            self.plan_service, self.plan_strategy, budget, self.m_g, self.device_class, "node"
         )
-        if not ok.any():
-            raise ConfigError(
-                f"unplannable: exclude leaves no node to select: no {self.plan_strategy} plan "
-                f"fits any node's budget (largest {float(np.max(budget)) / self.m_g:.2f} of "
-                "M_G); lower the model's memory or set federated.unplannable: dispatch"
-            )
-        return ok
 
     def plans_for(self, cids: list[int]) -> dict[int, PlanOutcome]:
         """Plans for the selected clients whose budget is below M_G (clustered, cached)."""
