@@ -649,9 +649,10 @@ def main(argv: list[str] | None = None) -> int:
         "sample count as FedScale's Oort explores",
     )  # fmt: skip
     ap.add_argument(
-        "--unplannable", choices=("dispatch", "exclude"), default=None,
-        help="a client whose check-in budget no server-side plan fits: offered to the "
-        "selector (dispatch, the default) or left out (exclude)",
+        "--unplannable", choices=("dispatch", "exclude", "microbatch"), default=None,
+        help="a client whose check-in budget no server-side plan fits: left out (exclude, "
+        "the default), offered to the selector and killed (dispatch), or given Melon's "
+        "micro-batched plan by the server (microbatch, a variant)",
     )  # fmt: skip
     ap.add_argument("--overcommit", type=float, default=None, help="selected / per round")
     ap.add_argument("--failure-report", choices=("deadline", "immediate"), default=None)

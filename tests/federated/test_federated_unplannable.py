@@ -76,6 +76,29 @@ def test_a_fleet_no_plan_fits_is_one_clear_error():
         FederatedServer(env, "fedhybrid", "fedavg")
 
 
+def test_microbatch_gives_the_clients_no_plan_fits_melons_plan(plans):
+    """``unplannable: microbatch``: the same selections as ``dispatch`` (every client is
+    offered), but a client below the technique's floor trains under Melon's micro-batched
+    plan from the server instead of unplanned, so fewer rounds end in a kill."""
+    fed = {"rounds": 6, "unplannable": "dispatch"}
+    disp = build_environment(small_fleet_config(memory=MEM, federated=fed))
+    mb = build_environment(
+        small_fleet_config(memory=MEM, federated={**fed, "unplannable": "microbatch"})
+    )
+    method = "fedhybrid-noselector-nocompress"
+    bad = _unplannable(disp, plans, "recompute")
+    d = FederatedServer(disp, method, "fedavg", None, plans)
+    m = FederatedServer(mb, method, "fedavg", None, plans)
+    assert m._checkin.eligible is None
+    rd, rm = d.run(6), m.run(6)
+    assert [r["selected"] for r in rd] == [r["selected"] for r in rm]
+    assert _selected(rd) & bad
+    kills = [sum(r["outcomes"]["killed"] for r in recs) for recs in (rd, rm)]
+    assert kills[0] > kills[1]
+    melon = [o for k, o in plans.table.items() if o.strategy == "melon" and o.feasible]
+    assert melon and all(o.micro_batches >= 1 for o in melon)
+
+
 def test_exclude_is_the_default():
     assert small_fleet_config().federated.unplannable == "exclude"
 

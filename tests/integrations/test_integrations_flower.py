@@ -215,6 +215,16 @@ def test_unplannable_exclude_hands_the_selector_only_plannable_nodes(env):
     assert make_strategy(CFG, env, "fedhybrid").unplannable == CFG.federated.unplannable
 
 
+def test_unplannable_microbatch_is_refused_with_the_accepted_alternatives(env):
+    from edgetrain.integrations.flower.simulation import make_strategy
+
+    mb = CFG.model_copy(
+        update={"federated": CFG.federated.model_copy(update={"unplannable": "microbatch"})}
+    )
+    with pytest.raises(ConfigError, match="microbatch .* set federated.unplannable: exclude"):
+        make_strategy(mb, env, "fedhybrid")
+
+
 def test_fedhybrid_selector_settings_reach_the_flower_strategy(env):
     """The strategy builds FedHybrid's selector from the same settings as edgetrain federate
     (``selector_options``), so fedhybrid_stat / fedhybrid_explore are not dropped on Flower;

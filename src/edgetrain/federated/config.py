@@ -175,7 +175,13 @@ class FederatedSection(_Strict):
     # is killed above its physical memory (the rule through round 32: figures measured
     # before then reproduce with it). Applies to methods whose plans the server makes
     # (fedhybrid and its -noselector / -nocompress / -nopredictor / -oortselector forms).
-    unplannable: Literal["dispatch", "exclude"] = "exclude"
+    # "microbatch" (a variant, not the paper's: FedHybrid §6 argues against micro-batches)
+    # -- the client can be selected, and where no plan of the method's technique fits its
+    # budget the server gives it Melon's plan instead (micro-batches + recompute,
+    # edgetrain.federated.baselines.melon_exact), made on the server, so the client pays
+    # no on-device planning; gradient accumulation is exact for the models here (no
+    # BatchNorm), so only the clock and the memory demand change.
+    unplannable: Literal["dispatch", "exclude", "microbatch"] = "exclude"
 
     @field_validator("method")
     @classmethod

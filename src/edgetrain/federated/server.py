@@ -341,6 +341,10 @@ class FederatedServer:
             assert self.plans is not None
             if self.method.optimizer:
                 plan = self.plans.plan_for(tech, believed / env.m_g, cls)
+                if not plan.feasible and f.unplannable == "microbatch":
+                    # no plan of the technique fits: Melon's micro-batches + recompute for
+                    # this budget, made on the server (no on-device charge)
+                    plan = melon_exact(self.plans, believed / env.m_g)
             elif f.device_plan_generator == "melon":
                 # the client plans for itself, on the device, with Melon's plan generation
                 # (micro-batches + recompute; FedHybrid §5.4), paying Fig. 20(c)'s 9x

@@ -134,6 +134,13 @@ def make_strategy(
             "only by the in-process and Ray runtimes (edgetrain federate); on Flower set "
             "federated.partial_work: false"
         )
+    if f.unplannable == "microbatch":
+        # the strategy ships the plan service's plans; Melon's fallback is not wired in
+        raise ConfigError(
+            "federated.unplannable: microbatch is run only by the in-process and Ray "
+            "runtimes (edgetrain federate); on Flower set federated.unplannable: exclude "
+            "or dispatch"
+        )
     opts: dict[str, Any] = {}
     if f.aggregator == "fedprox":
         opts = {"mu": f.mu}
