@@ -1311,7 +1311,7 @@ def drift_section(ds, variants, aggs_list, epochs: int, seeds: list[int]) -> Non
                     f"{statistics.median(c[2] for c in cal[k]):.4f}",
                     f"{statistics.mean(d_cal):+.4f}",
                     f"{clo}/{chi}/{len(d_cal) - chi - clo}",
-                    f"{_corr([t for t, _ in fin], [r for _, r in fin]):.2f}",
+                    "–" if k == base else f"{_corr([t for t, _ in fin], [r for _, r in fin]):.2f}",
                 ]
             )
             print(f"  {v} {k}/epoch accuracy per seed: {' '.join(f'{a:.2f}' for a in acc[k])}")

@@ -192,4 +192,5 @@ def test_drift_section_on_synthetic(capsys):
     cal = [r.split("|") for r in lines[end + 3 :] if r.startswith("| base | ")]
     assert [c[2].strip() for c in cal] == ["1", "2"]
     assert cal[0][4].strip() == "+0.0000" and cal[0][8].strip() == "0/0/1"
+    assert cal[0][9].strip() == "–"  # no correlation of a run with itself
     assert 0.0 < float(cal[1][3]) <= 1.0 and float(cal[1][5]) >= 0.25
