@@ -649,6 +649,11 @@ def main(argv: list[str] | None = None) -> int:
         "sample count as FedScale's Oort explores",
     )  # fmt: skip
     ap.add_argument(
+        "--ucb-c", type=float, default=None,
+        help="FedHybrid's MAB-UCB constant c in sqrt(c ln t / n) (default 0.1 as FedScale's "
+        "Oort; 1.5 is CUCB's 3/2, Chen et al. 2013, the MAB-UCB FedHybrid cites)",
+    )  # fmt: skip
+    ap.add_argument(
         "--unplannable", choices=("dispatch", "exclude", "microbatch"), default=None,
         help="a client whose check-in budget no server-side plan fits: left out (exclude, "
         "the default), offered to the selector and killed (dispatch), or given Melon's "
@@ -709,6 +714,7 @@ def main(argv: list[str] | None = None) -> int:
             "memstat": args.memstat,
             "fedhybrid_stat": args.fedhybrid_stat,
             "fedhybrid_explore": args.fedhybrid_explore,
+            "fedhybrid_ucb_c": args.ucb_c,
             "epsilon": args.epsilon,
             "overcommit": args.overcommit,
             "failure_report": args.failure_report,

@@ -301,3 +301,32 @@ def test_random_selection_is_unchanged_when_every_client_is_eligible():
     before = sorted(int(i) for i in np.random.default_rng(5).choice(6, size=3, replace=False))
     assert RandomSelector(5).select(1, every, 3) == before
     assert list(every.candidates()) == list(range(6)) and every.is_eligible(5)
+
+
+def test_fedhybrid_ucb_constant_sets_the_bonus_and_reaches_the_selector():
+    """The MAB-UCB bonus is sqrt(c ln t / n_i) on the normalised utility: two clients with
+    equal utility, reported 1 and 3 times, at t = 4. c = 1.5 (CUCB's 3/2) gives
+    1 + sqrt(1.5 ln 4) and 1 + sqrt(1.5 ln 4 / 3); the setting reaches the selector from the
+    ``federated`` section, and a negative constant is refused there."""
+    from pydantic import ValidationError
+
+    from edgetrain.federated.config import FederatedSection
+    from edgetrain.federated.server import selector_options
+
+    ck = CheckIn(
+        n_samples=np.ones(2, dtype=int), memory_budget=np.full(2, 8.0) * GB,
+        step_time_s=np.ones(2), est_duration_s=np.ones(2), m_g=4 * GB,
+    )  # fmt: skip
+    sel = FedHybridSelector(seed=0, ucb_c=1.5)
+    sel.update(1, [Feedback(0, True, 1.0, 4.0, 1), Feedback(1, True, 1.0, 4.0, 1)])
+    sel.update(2, [Feedback(1, True, 1.0, 4.0, 1)])
+    sel.update(3, [Feedback(1, True, 1.0, 4.0, 1)])
+    b = math.sqrt(1.5 * math.log(4))
+    assert sel.scores(4, ck) == pytest.approx({0: 1 + b, 1: 1 + b / math.sqrt(3)})
+    assert sel.select(4, ck, 1) == [0]  # the less-reported arm wins the tie in utility
+    fcfg = FederatedSection(fedhybrid_ucb_c=1.5)
+    assert selector_options("fedhybrid", fcfg)["ucb_c"] == 1.5
+    assert FedHybridSelector(**selector_options("fedhybrid", fcfg)).ucb_c == 1.5
+    assert FederatedSection().fedhybrid_ucb_c == 0.1
+    with pytest.raises(ValidationError, match="fedhybrid_ucb_c"):
+        FederatedSection(fedhybrid_ucb_c=-1.0)

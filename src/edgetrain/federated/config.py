@@ -130,6 +130,11 @@ class FederatedSection(_Strict):
     # (a variant, not the paper's: round 31 measures what it changes where low-memory phones
     # hold unique data)
     fedhybrid_explore: Literal["system", "samples"] = "system"
+    # FedHybrid's MAB-UCB exploration constant c in the bonus sqrt(c ln t / n_i) added to the
+    # normalised utility. 0.1: the temporal-uncertainty constant FedScale's Oort uses (the
+    # default); 1.5: the 3/2 of CUCB (Chen, Wang & Yuan, ICML 2013, Algorithm 1), the
+    # MAB-UCB FedHybrid §4.2 cites, whose rewards lie in [0, 1] as the normalised utility does
+    fedhybrid_ucb_c: float = Field(0.1, ge=0.0, le=100.0)
     # Over-commitment: every selector picks int(overcommit x clients_per_round) clients and
     # the round closes when clients_per_round have reported (FedScale config_parser
     # ``--overcommitment`` default 1.3; Bonawitz et al. MLSys 2019 §2.2). 1.0 = none.

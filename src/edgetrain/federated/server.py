@@ -125,7 +125,7 @@ def _seed(*parts: int) -> int:
 
 def selector_options(selector: str, fcfg: Any) -> dict[str, Any]:
     """The selector's settings from the ``federated`` section: FedHybrid's epsilon, MemStat
-    and Stat forms and exploration draw; none for the others. One place for every runtime
+    and Stat forms, exploration draw and UCB constant; none for the others. One place for every runtime
     (in-process, Ray, Flower), so a setting cannot reach one and not another."""
     if selector != "fedhybrid":
         return {}
@@ -134,6 +134,7 @@ def selector_options(selector: str, fcfg: Any) -> dict[str, Any]:
         "memstat": fcfg.memstat,
         "stat": fcfg.fedhybrid_stat,
         "explore": fcfg.fedhybrid_explore,
+        "ucb_c": fcfg.fedhybrid_ucb_c,
     }
 
 
