@@ -864,6 +864,15 @@ def main(argv: list[str] | None = None) -> int:
             if "participation" in r:
                 cells = "  ".join(f"{c} {v[1]}/{v[0]}" for c, v in r["participation"].items())
                 print(f"  {r['method']:<18}{cells}")
+        reach = [r for r in rows if r.get("exposure", {}).get("distinct_aggregated") is not None]
+        if reach:
+            print(f"\nreach up to the target (+{agg}): distinct clients selected / aggregated, "
+                  "share of the aggregated updates from the most-aggregated tenth")  # fmt: skip
+            for r in reach:
+                e = r["exposure"]
+                print(f"  {r['method']:<18}{e['distinct_selected']:>6} /"
+                      f"{e['distinct_aggregated']:>5}   top tenth {e['top_decile_share']:.2f}"
+                      f"  (rounds {e['rounds']})")  # fmt: skip
     for agg, summ in out.get("summary", {}).items():
         print_summary(agg, summ)
         if "table4" in summ:

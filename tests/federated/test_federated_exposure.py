@@ -34,10 +34,30 @@ def test_exposure_counts_rounds_up_to_the_target_time():
     e = exposure(recs, 20.0)
     assert e == {"planned": 3, "pressure": 1, "killed": 2, "late": 0, "planned_aggregated": 2,
                  "regenerations": 1, "compressed_clients": 0, "rounds": 2,
-                 "compress_planned": 0, "budget_over": 0, "budget_err_pct": None}  # fmt: skip
+                 "compress_planned": 0, "budget_over": 0, "budget_err_pct": None,
+                 "distinct_selected": 0, "distinct_aggregated": None,
+                 "top_decile_share": None}  # fmt: skip
     # target never reached: the whole run counts
     assert exposure(recs, None)["rounds"] == 3
     assert exposure(recs, None)["planned"] == 8 and exposure(recs, None)["compressed_clients"] == 3
     # records from before round 6 (no planned_aggregated field) count as 0
     old = [{k: v for k, v in recs[0].items() if k != "planned_aggregated"}]
     assert exposure(old, None)["planned_aggregated"] == 0
+
+
+def test_exposure_counts_the_selectors_reach():
+    """Distinct clients selected and aggregated up to the target time, and the share of the
+    aggregated updates from the most-aggregated tenth: client 0 aggregated 3 times, 1-9
+    once each -> 3 of 12 updates."""
+    recs = [
+        dict(_rec(10.0, 0, 0, 0, 0), selected=[0, 1, 2, 3, 4, 10], aggregated=[0, 1, 2, 3, 4]),
+        dict(_rec(20.0, 0, 0, 0, 0), selected=[0, 5, 6, 7, 11], aggregated=[0, 5, 6, 7]),
+        dict(_rec(30.0, 0, 0, 0, 0), selected=[0, 8, 9], aggregated=[0, 8, 9]),
+        dict(_rec(40.0, 0, 0, 0, 0), selected=[12, 13], aggregated=[12, 13]),
+    ]
+    e = exposure(recs, 30.0)
+    assert (e["distinct_selected"], e["distinct_aggregated"]) == (12, 10)
+    assert e["top_decile_share"] == pytest.approx(3 / 12)
+    assert exposure(recs, None)["distinct_aggregated"] == 12
+    # records without the field (before round 34): unknown, not zero
+    assert exposure([_rec(10.0, 0, 0, 0, 0)], None)["distinct_aggregated"] is None

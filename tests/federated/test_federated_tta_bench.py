@@ -35,6 +35,9 @@ def test_tta_benchmark_quick(capsys):
         assert 1 <= e["rounds"] <= r["rounds"]
         assert 0 <= e["planned_aggregated"] <= e["planned"] + e["pressure"]
         assert e["regenerations"] <= r["regenerations"]
+        # the selector's reach: every aggregated client was selected
+        assert 1 <= e["distinct_aggregated"] <= e["distinct_selected"]
+        assert 0.0 < e["top_decile_share"] <= 1.0
     assert [r["method"] for r in rows] == ["random", "oort", "fedhybrid"]
     abl = [r["method"] for r in out["ablations"]["fedprox"]]
     assert abl == ["random", "fedhybrid", "fedhybrid-noselector", "fedhybrid-nooptimizer",

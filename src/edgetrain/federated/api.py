@@ -60,17 +60,31 @@ def exposure(records: Sequence[dict[str, Any]], until_s: float | None) -> dict[s
     Round 7 adds ``compress_planned`` (planned client-rounds whose plan compresses),
     ``budget_over`` (client-rounds whose believed budget exceeded the lowest budget of
     their round by > 1 % of M_G) and ``budget_err_pct`` (mean |believed - true mean
-    budget over the round| in % of M_G; None without plan-technique clients)."""
+    budget over the round| in % of M_G; None without plan-technique clients).
+
+    Round 34 adds the selector's reach: ``distinct_selected`` / ``distinct_aggregated``
+    (clients selected / aggregated at least once) and ``top_decile_share`` (the share of
+    the aggregated updates that came from the tenth of the aggregated clients aggregated
+    most often; 0.1 when every client was aggregated equally often). None where the
+    records predate the ``aggregated`` field."""
     out: dict[str, Any] = {
         k: 0 for k in ("planned", "pressure", "killed", "late", "planned_aggregated")
     }
     out.update(regenerations=0, compressed_clients=0, rounds=0)
     out.update(compress_planned=0, budget_over=0)
     err, n = 0.0, 0
+    chosen: set[int] = set()
+    times: dict[int, int] = {}
+    known = True
     for r in records:
         if until_s is not None and r["sim_time_s"] > until_s + 1e-9:
             break
         out["rounds"] += 1
+        chosen.update(int(c) for c in r.get("selected", ()))
+        if "aggregated" not in r:
+            known = False
+        for c in r.get("aggregated", ()):
+            times[int(c)] = times.get(int(c), 0) + 1
         for k in ("planned", "pressure", "killed", "late"):
             out[k] += int(r.get("outcomes", {}).get(k, 0))
         for k in ("planned_aggregated", "regenerations", "compressed_clients"):
@@ -80,6 +94,11 @@ def exposure(records: Sequence[dict[str, Any]], until_s: float | None) -> dict[s
         err += float(r.get("budget_err_sum", 0.0))
         n += int(r.get("budget_n", 0))
     out["budget_err_pct"] = 100.0 * err / n if n else None
+    out["distinct_selected"] = len(chosen)
+    counts = sorted(times.values(), reverse=True)
+    out["distinct_aggregated"] = len(counts) if known else None
+    top = max(1, len(counts) // 10)
+    out["top_decile_share"] = sum(counts[:top]) / sum(counts) if known and counts else None
     return out
 
 

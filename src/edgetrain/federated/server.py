@@ -541,6 +541,9 @@ class FederatedServer:
             # lives only on some phones (partition.low_memory_classes), whether it is learnt
             "class_accuracy": class_acc,
             "aggregated_labels": self._label_counts([c.cid for c in train]),
+            # who was aggregated: the selector's reach over the fleet's data (exposure's
+            # distinct clients)
+            "aggregated": sorted(int(c.cid) for c in train),
             # aggregated updates trained under a plan (the plan machinery's reach)
             "planned_aggregated": sum(
                 1
