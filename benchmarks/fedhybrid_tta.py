@@ -262,6 +262,7 @@ def task_config(
             "local_steps": scale["steps"], "batch_size": batch or t["batch"], "lr": t["lr"],
             "local_epochs": local_epochs,
             "aggregator": aggregator, "mu": 0.01, "yogi": {"eta": 0.01, "tau": 1e-3},
+            "clip_grad_norm": t.get("clip_grad_norm"),
             **(semantics or {}),
         },
         "memory": {"m_g": m_g or t["m_g"], "plan_batch": t["plan_batch"],
@@ -649,6 +650,10 @@ def main(argv: list[str] | None = None) -> int:
         "sample count as FedScale's Oort explores",
     )  # fmt: skip
     ap.add_argument(
+        "--clip-grad-norm", type=float, default=None,
+        help="clip each local step's gradient to this L2 norm (every method alike; 0: none)",
+    )  # fmt: skip
+    ap.add_argument(
         "--ucb-c", type=float, default=None,
         help="FedHybrid's MAB-UCB constant c in sqrt(c ln t / n) (default 0.1 as FedScale's "
         "Oort; 1.5 is CUCB's 3/2, Chen et al. 2013, the MAB-UCB FedHybrid cites)",
@@ -728,6 +733,8 @@ def main(argv: list[str] | None = None) -> int:
         }.items()
         if v is not None
     }
+    if args.clip_grad_norm is not None:  # 0 turns a task's clipping off (kept as None)
+        semantics["clip_grad_norm"] = args.clip_grad_norm or None
     out: dict = {
         "seed": args.seed, "low_memory_classes": args.low_memory_classes,
         "tables": {}, "ablations": {}, "semantics": semantics,

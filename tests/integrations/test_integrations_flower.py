@@ -241,3 +241,30 @@ def test_fedhybrid_selector_settings_reach_the_flower_strategy(env):
     sel = make_strategy(variant, env, "fedhybrid").selector
     assert (sel.stat, sel.explore, sel.memstat) == ("samples", "samples", "eq1")
     assert make_strategy(CFG, env, "fedhybrid-oortselector").selector.name == "oort"
+
+
+def test_clip_grad_norm_ships_to_the_nodes_and_bounds_their_step(env):
+    """federated.clip_grad_norm reaches the strategy from the config, and a node told to clip
+    at c moves its parameters by exactly lr x c in one step (its gradient is larger); 0.0,
+    the default in the record, does not clip. A norm <= 0 is refused by the strategy."""
+    from edgetrain.integrations.flower.simulation import make_strategy
+
+    variant = CFG.model_copy(
+        update={"federated": CFG.federated.model_copy(update={"clip_grad_norm": 0.5})}
+    )
+    assert make_strategy(variant, env, "random").clip_grad_norm == 0.5
+    assert make_strategy(CFG, env, "random").clip_grad_norm is None
+    big = dataclasses.replace(env, m_g=1.0)  # fits everywhere: no kill, no pressure
+    state = env.build_model().state_dict()
+    names = [k for k, _ in env.build_model().named_parameters()]
+    base = {K.SEED: 3, K.LOCAL_STEPS: 1, K.BATCH_SIZE: 8, K.LR: 0.05}
+
+    def moved(extra):
+        new, _ = train_on_client(big, 0, state, {**base, **extra})
+        return float(torch.sqrt(sum(((new[k] - state[k]) ** 2).sum() for k in names)))
+
+    assert moved({}) > 0.05 * 1e-3 * 10
+    assert moved({K.CLIP_NORM: 1e-3}) == pytest.approx(0.05 * 1e-3, rel=1e-4)
+    with pytest.raises(ConfigError, match="clip_grad_norm"):
+        EdgetrainStrategy(RandomSelector(), FedAvg(), clients_per_round=1, m_g=1.0,
+                          clip_grad_norm=0.0)  # fmt: skip

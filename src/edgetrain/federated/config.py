@@ -99,6 +99,10 @@ class FederatedSection(_Strict):
     # ``local_steps`` is then ignored and the clock charges the E x n_k samples trained.
     local_epochs: int | None = Field(None, ge=1, le=1000)
     lr: float = Field(0.05, gt=0.0, le=10.0)
+    # clip each local step's gradient (loss + FedProx's term) to this global L2 norm before
+    # the SGD step; None: no clipping. 1.0 is BERT's (Devlin et al. 2019; google-research/bert
+    # optimization.py clip_by_global_norm(grads, 1.0); Hugging Face Trainer max_grad_norm)
+    clip_grad_norm: float | None = Field(None, gt=0.0, le=1e6)
     method: str = "fedhybrid"
     aggregator: Literal["fedavg", "fedprox", "fedyogi"] = "fedavg"
     mu: float = Field(0.1, ge=0.0)  # FedProx; FedScale's proxy_mu default

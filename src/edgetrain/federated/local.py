@@ -104,11 +104,13 @@ def local_train(
     generator: torch.Generator,
     proximal_mu: float = 0.0,
     codec_share: Mapping[str, float] | None = None,
+    clip_grad_norm: float | None = None,
 ) -> LocalResult:
     """``steps`` SGD steps of ``batch_size`` samples (cycling through shuffled data).
 
     ``codec_share``: the client's plan compresses this share of activation bytes per codec
-    (see the module doc); ``None`` or empty trains exactly.
+    (see the module doc); ``None`` or empty trains exactly. ``clip_grad_norm``: each step's
+    gradient is scaled to at most this global L2 norm before the step (None: not clipped).
     """
     model.train()
     anchor = [p.detach().clone() for p in model.parameters()] if proximal_mu > 0 else None
@@ -127,6 +129,8 @@ def local_train(
                 loss = loss + 0.5 * proximal_mu * prox
             opt.zero_grad(set_to_none=True)
             loss.backward()
+            if clip_grad_norm is not None:
+                nn.utils.clip_grad_norm_(model.parameters(), clip_grad_norm)
             opt.step()
             d = per.detach()
             sq_sum += float((d * d).sum())

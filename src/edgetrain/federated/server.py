@@ -459,7 +459,7 @@ class FederatedServer:
                 ClientTask(
                     c.cid, r, c.width, partial.get(c.cid, (steps, 1.0))[0], batch, f.lr,
                     self.aggregator.proximal_mu, _seed(env.config.seed, r, c.cid, 2),
-                    _codec_share(c),
+                    _codec_share(c), f.clip_grad_norm,
                 )
             )  # fmt: skip
         results = self.executor.run(self.global_state, tasks)

@@ -34,6 +34,8 @@ class ClientTask:
     # the plan's compressed share of activation bytes per codec ((name, share), ...):
     # local training passes that share through the codec (edgetrain.federated.local)
     codec_share: tuple[tuple[str, float], ...] = ()
+    # the global L2 norm each step's gradient is clipped to (federated.clip_grad_norm)
+    clip_grad_norm: float | None = None
 
 
 def slice_state(global_state: Mapping[str, torch.Tensor], like: Mapping[str, torch.Tensor]):
@@ -86,6 +88,7 @@ class InProcessExecutor:
                     generator=gen,
                     proximal_mu=t.proximal_mu,
                     codec_share=dict(t.codec_share),
+                    clip_grad_norm=t.clip_grad_norm,
                 )  # fmt: skip
             )
         return out

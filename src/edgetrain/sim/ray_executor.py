@@ -66,7 +66,7 @@ class _Worker:
         res = local_train(
             model, self.x[idx], self.y[idx], steps=t.steps, batch_size=t.batch_size, lr=t.lr,
             generator=torch.Generator().manual_seed(t.seed), proximal_mu=t.proximal_mu,
-            codec_share=dict(t.codec_share),
+            codec_share=dict(t.codec_share), clip_grad_norm=t.clip_grad_norm,
         )  # fmt: skip
         nums = {"n_samples": res.n_samples, "trained_samples": res.trained_samples,
                 "loss_sq_mean": res.loss_sq_mean, "mean_loss": res.mean_loss}  # fmt: skip

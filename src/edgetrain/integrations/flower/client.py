@@ -81,6 +81,7 @@ def train_on_client(
     batch = int(config.get(K.BATCH_SIZE, 16))
     lr = float(config.get(K.LR, 0.05))
     mu = float(config.get(K.PROXIMAL_MU, 0.0))
+    clip = float(config.get(K.CLIP_NORM, 0.0))
     gen = torch.Generator().manual_seed(int(config.get(K.SEED, 0)))
     idx = torch.as_tensor(env.parts[cid], dtype=torch.long)
     x, y = env.train.x[idx], env.train.y[idx]
@@ -113,6 +114,8 @@ def train_on_client(
                     ex.step([x[b]], loss_fn)
             else:
                 loss_fn(model(x[b])).backward()
+            if clip > 0:
+                nn.utils.clip_grad_norm_(model.parameters(), clip)
             opt.step()
             per = seen[0]
             sq_sum += float((per * per).sum())

@@ -30,6 +30,7 @@ PLAN_FRACTION = "plan-fraction"
 PLAN_FEASIBLE = "plan-feasible"
 PLAN_OVERHEAD = "plan-overhead"
 PROXIMAL_MU = "proximal-mu"
+CLIP_NORM = "clip-grad-norm"  # 0.0: not clipped
 LOCAL_STEPS = "local-steps"
 BATCH_SIZE = "batch-size"
 LR = "lr"

@@ -177,6 +177,7 @@ def make_strategy(
         local_steps=f.local_steps,
         batch_size=f.batch_size,
         lr=f.lr,
+        clip_grad_norm=f.clip_grad_norm,
         seed=cfg.seed,
         min_available_nodes=cfg.fleet.clients,
         evaluate_clients=evaluate_clients,

@@ -100,6 +100,7 @@ class EdgetrainStrategy(Strategy):
         deadline_factor: float = 2.0,
         straggler_feedback: str = "none",
         unplannable: str = "dispatch",
+        clip_grad_norm: float | None = None,
     ) -> None:
         if clients_per_round < 1:
             raise ConfigError(f"clients_per_round={clients_per_round}; expected >= 1")
@@ -121,6 +122,8 @@ class EdgetrainStrategy(Strategy):
             )
         if unplannable not in ("dispatch", "exclude"):
             raise ConfigError(f"unplannable {unplannable!r}; expected dispatch or exclude")
+        if clip_grad_norm is not None and not clip_grad_norm > 0:
+            raise ConfigError(f"clip_grad_norm={clip_grad_norm}; expected a norm > 0 or None")
         if not node_timeout_s > 0:
             raise ConfigError(f"node_timeout_s={node_timeout_s}; expected seconds > 0")
         if checkin_every < 0 or evaluate_clients < 0 or min_available_nodes < 1:
@@ -135,6 +138,7 @@ class EdgetrainStrategy(Strategy):
         self.deadline_factor, self.straggler_feedback = deadline_factor, straggler_feedback
         self.unplannable = unplannable
         self.local_steps, self.batch_size, self.lr = local_steps, batch_size, lr
+        self.clip_grad_norm = clip_grad_norm
         self.seed = seed
         self.min_available_nodes = min_available_nodes
         self.checkin_every = checkin_every
@@ -267,6 +271,7 @@ class EdgetrainStrategy(Strategy):
                     K.BATCH_SIZE: self.batch_size,
                     K.LR: float(self.lr),
                     K.PROXIMAL_MU: float(self.aggregator.proximal_mu),
+                    K.CLIP_NORM: float(self.clip_grad_norm or 0.0),
                     K.SEED: _seed(self.seed, server_round, cid, 2),
                     K.PLAN_JSON: "",
                     K.PLAN_FEASIBLE: False,
