@@ -223,6 +223,7 @@ def task_config(
     plans: str | None = None,
     task: str = "mnist",
     low_memory_classes: int = 0,
+    word_vectors: str | None = None,
 ) -> FederatedConfig:
     """The benchmark task: one builder for every task, the task's own fields from
     ``TASK_FIELDS`` (:func:`mnist_task`, :func:`bbc_task`); the rest (Dirichlet alpha 0.1,
@@ -253,7 +254,7 @@ def task_config(
         "name": f"{t['name']}-{aggregator}",
         "seed": seed,
         "data": {**t["data"], "max_samples": scale["samples"]},
-        "model": t["model"],
+        "model": {**t["model"], "word_vectors": word_vectors or "random"},
         "fleet": {"clients": scale["clients"]},
         "partition": {"scheme": "dirichlet", "alpha": 0.1,
                       "low_memory_classes": low_memory_classes},
@@ -654,6 +655,11 @@ def main(argv: list[str] | None = None) -> int:
         help="clip each local step's gradient to this L2 norm (every method alike; 0: none)",
     )  # fmt: skip
     ap.add_argument(
+        "--word-vectors", choices=("random", "ppmi"), default=None,
+        help="BBC tasks: the model's initial word embeddings (ppmi: from the training split's "
+        "co-occurrence counts, a stand-in for a pretrained encoder; every method alike)",
+    )  # fmt: skip
+    ap.add_argument(
         "--ucb-c", type=float, default=None,
         help="FedHybrid's MAB-UCB constant c in sqrt(c ln t / n) (default 0.1 as FedScale's "
         "Oort; 1.5 is CUCB's 3/2, Chen et al. 2013, the MAB-UCB FedHybrid cites)",
@@ -738,6 +744,7 @@ def main(argv: list[str] | None = None) -> int:
     out: dict = {
         "seed": args.seed, "low_memory_classes": args.low_memory_classes,
         "tables": {}, "ablations": {}, "semantics": semantics,
+        "word_vectors": args.word_vectors or "random",
         "local_work": {"local_epochs": args.local_epochs, "batch": args.batch or 16},
         "curves": {},
     }  # fmt: skip
@@ -747,7 +754,7 @@ def main(argv: list[str] | None = None) -> int:
         cfg = task_config(
             args.quick, agg, args.seed, args.rounds, args.m_g, semantics,
             local_epochs=args.local_epochs, batch=args.batch, plans=args.plans, task=args.task,
-            low_memory_classes=args.low_memory_classes,
+            low_memory_classes=args.low_memory_classes, word_vectors=args.word_vectors,
         )  # fmt: skip
         env = build_environment(cfg)
         methods = tuple(args.methods.split(","))

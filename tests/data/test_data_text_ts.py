@@ -111,3 +111,31 @@ def test_synthetic_sensor_is_deterministic_grouped_and_learnable():
     assert accuracy > 0.9  # chance is 0.25
     with pytest.raises(DataError, match="classes must be an integer >= 2"):
         synthetic_sensor(10, 1, 32, 1)
+
+
+def test_ppmi_word_vectors_place_co_occurring_words_together():
+    """Two topics of 8 words each, texts drawn from one topic: a word's nearest vector is
+    from its own topic; the table is deterministic, std 0.02, padding zero; bad input is
+    refused with what is accepted."""
+    from edgetrain.data.text import ppmi_word_vectors
+
+    rng = np.random.default_rng(0)
+    topics = [np.arange(2, 10), np.arange(10, 18)]
+    ids = np.zeros((200, 24), dtype=np.int64)
+    for i in range(200):
+        ids[i, :20] = rng.choice(topics[i % 2], 20)  # 4 padding ids at the end
+    vec = ppmi_word_vectors(ids, 20, 4)
+    assert vec.shape == (20, 4) and vec.dtype == np.float32
+    assert np.array_equal(vec, ppmi_word_vectors(ids, 20, 4))
+    assert abs(float(vec.std()) - 0.02) < 1e-6 and not vec[0].any()
+    unit = vec[2:18] / np.linalg.norm(vec[2:18], axis=1, keepdims=True)
+    sim = unit @ unit.T
+    np.fill_diagonal(sim, -np.inf)
+    nearest = sim.argmax(axis=1)
+    assert all((nearest[w] < 8) == (w < 8) for w in range(16))
+    with pytest.raises(DataError, match="dim"):
+        ppmi_word_vectors(ids, 20, 19)
+    with pytest.raises(DataError, match="token ids"):
+        ppmi_word_vectors(ids, 12, 4)
+    with pytest.raises(DataError, match="no pair"):
+        ppmi_word_vectors(np.zeros((3, 5), dtype=np.int64), 20, 4)

@@ -71,3 +71,64 @@ class Vocabulary:
             row[: len(ids)] = ids
             rows.append(row)
         return np.stack(rows) if rows else np.zeros((0, max_len), dtype=np.int64)
+
+
+def ppmi_word_vectors(
+    ids: np.ndarray,
+    vocab_size: int,
+    dim: int,
+    *,
+    window: int = 5,
+    alpha: float = 0.75,
+    std: float = 0.02,
+) -> np.ndarray:
+    """Word vectors from co-occurrence counts alone: positive PMI + truncated SVD.
+
+    ``ids`` is N x L token ids (0 = pad, 1 = unknown; both skipped). Two words co-occur when
+    at most ``window`` tokens apart in one text (both directions, unweighted). PMI uses
+    context-distribution smoothing ``alpha`` (Levy, Goldberg & Dagan, TACL 2015: 0.75) and
+    keeps the positive entries (PPMI, Bullinaria & Levy 2007); the vectors are
+    ``U sqrt(S)`` of its rank-``dim`` SVD (the symmetric weighting of Levy et al. §3.3),
+    signs fixed so each column's largest entry is positive, scaled to standard deviation
+    ``std`` (BERT's initializer range, 0.02), row 0 (padding) zero. Deterministic: ARPACK
+    starts from a fixed vector. Returns a float32 ``vocab_size x dim`` array. Labels are
+    never seen; a stand-in, where no pretrained model can be downloaded, for the word
+    knowledge a pretrained encoder brings.
+    """
+    import scipy.sparse as sp
+    from scipy.sparse.linalg import svds
+
+    ids = np.asarray(ids)
+    if ids.ndim != 2 or not np.issubdtype(ids.dtype, np.integer):
+        raise DataError(f"ppmi_word_vectors needs an N x L integer id array, got {ids.shape}")
+    if not 1 <= dim < vocab_size - 1:
+        raise DataError(f"dim={dim}; expected 1 <= dim < vocab_size - 1 = {vocab_size - 1}")
+    if ids.size and (ids.min() < 0 or ids.max() >= vocab_size):
+        raise DataError(f"token ids must lie in [0, {vocab_size}), got {ids.min()}..{ids.max()}")
+    rows, cols = [], []
+    for doc in ids:
+        d = doc[doc > UNK_ID]
+        for off in range(1, window + 1):
+            rows.append(d[:-off])
+            cols.append(d[off:])
+    r = np.concatenate(rows) if rows else np.zeros(0, dtype=np.int64)
+    c = np.concatenate(cols) if cols else np.zeros(0, dtype=np.int64)
+    if not r.size:
+        raise DataError("ppmi_word_vectors: the texts hold no pair of known words to count")
+    counts = sp.coo_matrix((np.ones(r.size), (r, c)), shape=(vocab_size, vocab_size)).tocsr()
+    counts = (counts + counts.T).tocoo()
+    word = np.asarray(counts.sum(axis=1)).ravel()
+    ctx = np.asarray(counts.sum(axis=0)).ravel() ** alpha
+    pmi = np.log(counts.data * ctx.sum() / (word[counts.row] * ctx[counts.col]))
+    keep = pmi > 0
+    ppmi = sp.csr_matrix(
+        (pmi[keep], (counts.row[keep], counts.col[keep])), shape=(vocab_size, vocab_size)
+    )
+    v0 = np.full(vocab_size, 1.0 / np.sqrt(vocab_size))
+    u, s, _ = svds(ppmi, k=dim, v0=v0)
+    vec = u * np.sqrt(s)
+    pivot = np.abs(vec).argmax(axis=0)
+    vec = vec * np.sign(vec[pivot, np.arange(dim)])
+    vec = vec / (vec.std() + 1e-12) * std
+    vec[PAD_ID] = 0.0
+    return vec.astype(np.float32)

@@ -41,6 +41,11 @@ class ModelSection(_Strict):
     options: dict[str, Any] = Field(
         default_factory=lambda: {"in_channels": 28, "length": 28, "num_classes": 10}
     )
+    # a text model's initial word embeddings: "random" (BERT's N(0, 0.02)) or "ppmi" (word
+    # vectors from the training split's co-occurrence counts, no labels:
+    # edgetrain.data.text.ppmi_word_vectors), a stand-in for the pretrained encoder
+    # FedHybrid fine-tunes, which cannot be downloaded here
+    word_vectors: Literal["random", "ppmi"] = "random"
 
 
 class DataSection(_Strict):

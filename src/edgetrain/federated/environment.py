@@ -19,6 +19,7 @@ from torch import nn
 from edgetrain import data as data_mod
 from edgetrain import models
 from edgetrain.data import Dataset, partition_dirichlet, partition_dirichlet_held, partition_iid
+from edgetrain.data.text import ppmi_word_vectors
 from edgetrain.devices import FEDHYBRID_MEMORY_MIX, DeviceProfile, generate_fleet
 from edgetrain.errors import ConfigError, DataError
 from edgetrain.federated.config import DEFAULT_M_G_SHARE, FederatedConfig
@@ -67,6 +68,8 @@ class Environment:
     # classes whose training samples only the phones below M_G's physical memory hold
     # (``partition.low_memory_classes``); () when the data is independent of memory
     low_memory_classes: tuple[int, ...] = ()
+    # model.word_vectors: ppmi -- the initial word embedding table (vocab x dim), else None
+    word_vectors: torch.Tensor | None = None
 
     def __post_init__(self) -> None:
         self.n_samples = np.array([len(p) for p in self.parts], dtype=np.int64)
@@ -74,7 +77,14 @@ class Environment:
     def build_model(self, **overrides) -> nn.Module:
         cfg = self.config.model
         opts = {**cfg.options, **overrides}
-        return models.build(cfg.name, seed=self.config.seed, **opts)
+        model = models.build(cfg.name, seed=self.config.seed, **opts)
+        table = word_table(model)
+        vec = self.word_vectors
+        # a HeteroFL submodel's narrower table is overwritten by its slice of the global state
+        if vec is not None and table is not None and table.shape == vec.shape:
+            with torch.no_grad():
+                table.copy_(vec)
+        return model
 
     def memory_class(self, cid: int) -> str:
         return f"{self.fleet[cid].memory_gb:g}GB"
@@ -180,14 +190,33 @@ def build_environment(cfg: FederatedConfig) -> Environment:
             f"model {cfg.model.name} expects samples of shape {list(probe.input_shape)}, data "
             f"{cfg.data.name} gives {list(train.input_shape)}; set model.options or data.reshape"
         )
+    vectors = None
+    if cfg.model.word_vectors == "ppmi":
+        table = word_table(probe)
+        if table is None:
+            raise ConfigError(
+                f"model.word_vectors: ppmi needs a text model with a word embedding table "
+                f"(bert-small, albert-small); {cfg.model.name} has none; use random"
+            )
+        try:
+            vectors = ppmi_word_vectors(train.x.numpy(), table.shape[0], table.shape[1])
+        except DataError as e:
+            raise ConfigError(f"model.word_vectors: ppmi: {e}") from None
+        vectors = torch.from_numpy(vectors)
     flops = cfg.clock.flops_per_sample or float(models.flops_forward(probe))
     nbytes = cfg.clock.model_bytes or float(
         sum(t.numel() * t.element_size() for t in probe.state_dict().values())
     )
     return Environment(
         cfg, train, test, parts, fleet, mem, m_g, budgets, limits, flops, nbytes,
-        low_memory_classes=held,
+        low_memory_classes=held, word_vectors=vectors,
     )  # fmt: skip
+
+
+def word_table(model: nn.Module) -> torch.Tensor | None:
+    """A text model's word embedding weight (``embeddings.word``), None for other models."""
+    emb = getattr(getattr(model, "embeddings", None), "word", None)
+    return emb.weight if isinstance(emb, nn.Embedding) else None
 
 
 def held_classes(cfg: FederatedConfig, y: np.ndarray) -> tuple[int, ...]:
