@@ -83,3 +83,24 @@ def test_recompute_bn_quick_is_exact_both_ways():
     assert out["bit_identical"] == {"stats": True, "kernel": True}
     assert out["units"] == 17
     assert len(out["extra_ms"]["stats"]) == len(out["extra_ms"]["kernel"]) == out["rounds"]
+
+
+def test_text_init_quick_runs_each_setting_on_the_tasks_split():
+    import json
+
+    out = json.loads(_run("text_init.py", "--quick", "--json"))
+    assert [(r["word_vectors"], r["clip"]) for r in out["runs"]] == [
+        ("random", 0.0), ("random", 1.0), ("ppmi", 0.0), ("ppmi", 1.0)
+    ]  # fmt: skip
+    for r in out["runs"]:
+        assert [c["step"] for c in r["curve"]] == [2, 4, 6]
+        assert all(0.0 <= c["test_accuracy"] <= 1.0 for c in r["curve"])
+        assert (
+            r["min_accuracy"] <= r["mean_accuracy"] <= max(c["test_accuracy"] for c in r["curve"])
+        )
+    # the same seed and setting train the same model
+    again = json.loads(_run("text_init.py", "--quick", "--json", "--word-vectors", "ppmi",
+                            "--clip", "1.0"))  # fmt: skip
+    assert again["runs"][0]["curve"] == out["runs"][3]["curve"]
+    with pytest.raises(subprocess.CalledProcessError):
+        _run("text_init.py", "--quick", "--word-vectors", "glove")
