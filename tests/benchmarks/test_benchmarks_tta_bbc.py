@@ -29,6 +29,8 @@ def test_bbc_quick_prints_table3_layout(tta, capsys, tmp_path):
     assert "final FedHybrid - Oort:" in text
     assert "client-rounds over the run: selected / killed / page reclaim" in text
     out = json.loads(out_file.read_text())
+    # the task's defaults since round 34: PPMI word vectors, gradients clipped to norm 1
+    assert (out["word_vectors"], out["clip_grad_norm"]) == ("ppmi", 1.0)
     rows = out["tables"]["fedprox"]
     methods = ["random", "oort", "fedhybrid", "oort+compress", "heterofl"]
     assert [r["method"] for r in rows] == methods
