@@ -75,7 +75,7 @@ def probe(
             curve.append(
                 {
                     "step": s,
-                    "train_loss": float(loss),
+                    "train_loss": float(loss.detach()),
                     "test_accuracy": float((pred == yt).float().mean()),
                     "top_class_share": share,
                 }
