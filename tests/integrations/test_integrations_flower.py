@@ -264,7 +264,8 @@ def test_clip_grad_norm_ships_to_the_nodes_and_bounds_their_step(env):
         return float(torch.sqrt(sum(((new[k] - state[k]) ** 2).sum() for k in names)))
 
     assert moved({}) > 0.05 * 1e-3 * 10
-    assert moved({K.CLIP_NORM: 1e-3}) == pytest.approx(0.05 * 1e-3, rel=1e-4)
+    # float32 parameters: the difference of two tables carries rounding of ~0.1 % here
+    assert moved({K.CLIP_NORM: 1e-3}) == pytest.approx(0.05 * 1e-3, rel=2e-3)
     with pytest.raises(ConfigError, match="clip_grad_norm"):
         EdgetrainStrategy(RandomSelector(), FedAvg(), clients_per_round=1, m_g=1.0,
                           clip_grad_norm=0.0)  # fmt: skip
