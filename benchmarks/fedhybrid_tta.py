@@ -661,12 +661,13 @@ def main(argv: list[str] | None = None) -> int:
     )  # fmt: skip
     ap.add_argument(
         "--clip-grad-norm", type=float, default=None,
-        help="clip each local step's gradient to this L2 norm (every method alike; 0: none)",
+        help="clip each local step's gradient to this L2 norm (every method alike; 0: none; "
+        "the BBC tasks' default is 1.0)",
     )  # fmt: skip
     ap.add_argument(
         "--word-vectors", choices=("random", "ppmi"), default=None,
-        help="BBC tasks: the model's initial word embeddings (ppmi: from the training split's "
-        "co-occurrence counts, a stand-in for a pretrained encoder; every method alike)",
+        help="BBC tasks: the model's initial word embeddings (ppmi, the default: from the "
+        "training split's co-occurrence counts, a stand-in for a pretrained encoder)",
     )  # fmt: skip
     ap.add_argument(
         "--ucb-c", type=float, default=None,
