@@ -751,14 +751,13 @@ def main(argv: list[str] | None = None) -> int:
     }
     if args.clip_grad_norm is not None:  # 0 turns a task's clipping off (kept as None)
         semantics["clip_grad_norm"] = args.clip_grad_norm or None
+    task_fields = TASK_FIELDS[args.task](args.quick)
     out: dict = {
         "seed": args.seed, "low_memory_classes": args.low_memory_classes,
         "tables": {}, "ablations": {}, "semantics": semantics,
-        "word_vectors": args.word_vectors
-        or TASK_FIELDS[args.task](args.quick).get("word_vectors", "random"),
-        "clip_grad_norm": semantics.get(
-            "clip_grad_norm", TASK_FIELDS[args.task](args.quick).get("clip_grad_norm")
-        ),
+        # the recipe the runs trained under: the flags, else the task's own settings
+        "word_vectors": args.word_vectors or task_fields.get("word_vectors", "random"),
+        "clip_grad_norm": semantics.get("clip_grad_norm", task_fields.get("clip_grad_norm")),
         "local_work": {"local_epochs": args.local_epochs, "batch": args.batch or 16},
         "curves": {},
     }  # fmt: skip
