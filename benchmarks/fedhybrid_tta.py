@@ -283,6 +283,27 @@ def task_config(
     return parse_config(d, schema=FederatedConfig)
 
 
+def oort_settings(pairs: list[str], error) -> dict:
+    """``--oort KEY=VALUE`` pairs as a ``federated.oort`` dict; the values are checked by
+    the config's schema (``OortSection``), an unknown key here by ``error``."""
+    from edgetrain.federated.config import OortSection
+
+    out: dict = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or key not in OortSection.model_fields:
+            error(
+                f"--oort {pair!r}: expected KEY=VALUE with KEY one of "
+                + ", ".join(OortSection.model_fields)
+            )
+        out[key] = value
+    try:
+        valid = OortSection.model_validate(out)
+    except ValueError as e:  # pydantic's ValidationError names the field and the bound
+        error(f"--oort: {e}")
+    return {k: getattr(valid, k) for k in out}
+
+
 def fmt_speed(r: dict) -> str:
     sp = r.get("speedup_vs_random")
     return "-" if sp is None else f"{sp:.2f}x"
@@ -675,6 +696,13 @@ def main(argv: list[str] | None = None) -> int:
         "Oort; 1.5 is CUCB's 3/2, Chen et al. 2013, the MAB-UCB FedHybrid cites)",
     )  # fmt: skip
     ap.add_argument(
+        "--oort", action="append", default=[], metavar="KEY=VALUE",
+        help="a federated.oort setting (FedScale's flag names: exploration_factor, "
+        "exploration_decay, exploration_min, round_threshold, pacer_delta, pacer_step, "
+        "round_penalty, cut_off_util, clip_bound, sample_window; exploit_draw=top a variant) "
+        "for every method that selects with Oort; repeatable",
+    )  # fmt: skip
+    ap.add_argument(
         "--unplannable", choices=("dispatch", "exclude", "microbatch"), default=None,
         help="a client whose check-in budget no server-side plan fits: left out (exclude, "
         "the default), offered to the selector and killed (dispatch), or given Melon's "
@@ -749,6 +777,8 @@ def main(argv: list[str] | None = None) -> int:
         }.items()
         if v is not None
     }
+    if args.oort:
+        semantics["oort"] = oort_settings(args.oort, ap.error)
     if args.clip_grad_norm is not None:  # 0 turns a task's clipping off (kept as None)
         semantics["clip_grad_norm"] = args.clip_grad_norm or None
     task_fields = TASK_FIELDS[args.task](args.quick)

@@ -330,3 +330,79 @@ def test_fedhybrid_ucb_constant_sets_the_bonus_and_reaches_the_selector():
     assert FederatedSection().fedhybrid_ucb_c == 0.1
     with pytest.raises(ValidationError, match="fedhybrid_ucb_c"):
         FederatedSection(fedhybrid_ucb_c=-1.0)
+
+
+def test_oort_section_defaults_are_the_selectors_and_reach_it():
+    """``federated.oort`` names FedScale's flags; its defaults build the same selector as
+    OortSelector's own, and each setting reaches the selector through ``selector_options``."""
+    from pydantic import ValidationError
+
+    from edgetrain.federated.config import FederatedSection
+    from edgetrain.federated.server import selector_options
+
+    default = OortSelector(**selector_options("oort", FederatedSection()))
+    plain = OortSelector()
+    keys = (
+        "exploration", "decay", "exploration_min", "round_threshold", "pacer_delta",
+        "pacer_step", "round_penalty", "cut_off", "clip_bound", "sample_window", "exploit_draw",
+    )  # fmt: skip
+    assert {k: getattr(default, k) for k in keys} == {k: getattr(plain, k) for k in keys}
+    fcfg = FederatedSection(oort={"round_penalty": 0.0, "pacer_delta": 0.0, "exploit_draw": "top"})
+    sel = make_selector("oort", seed=0, **selector_options("oort", fcfg))
+    assert (sel.round_penalty, sel.pacer_delta, sel.exploit_draw) == (0.0, 0.0, "top")
+    assert selector_options("random", fcfg) == {}
+    with pytest.raises(ValidationError, match="round_penalty"):
+        FederatedSection(oort={"round_penalty": -1.0})
+    with pytest.raises(ValidationError, match="exploit_draw"):
+        FederatedSection(oort={"exploit_draw": "greedy"})
+    with pytest.raises(ValidationError, match="explore_factor"):  # a misspelt key is refused
+        FederatedSection(oort={"explore_factor": 0.5})
+
+
+def test_oort_round_penalty_zero_drops_the_deadline_penalty():
+    """round_penalty 0: (T / d)^0 = 1, a slow arm keeps its score (the hand case above)."""
+    ck = _checkin(4)
+    scores = {}
+    for alpha in (2.0, 0.0):
+        sel = OortSelector(seed=0, round_threshold=50.0, round_penalty=alpha)
+        sel._register(ck)
+        sel.update(1, [Feedback(0, True, 10.0, 4.0, 10), Feedback(1, True, 80.0, 1.0, 20)])
+        scores[alpha] = sel.scores(3, [0, 1, 2, 3])
+    assert scores[0.0][1] == pytest.approx(scores[0.0][0])  # equal rewards, no penalty
+    assert scores[2.0][1] == pytest.approx(scores[2.0][0] * (40.0 / 80.0) ** 2)
+
+
+def test_oort_pacer_delta_zero_keeps_the_preferred_percentile():
+    """The pacer widens T when the exploited utility goes flat; pacer_delta 0 leaves it."""
+    ck = _checkin(6)
+    for delta, expected in ((5.0, 35.0), (0.0, 30.0)):
+        sel = OortSelector(seed=0, pacer_step=2, pacer_delta=delta)
+        sel._register(ck)
+        for t in range(1, 5):  # flat utility: the same arms, the same rewards every round
+            sel.update(t, [Feedback(c, True, 10.0, 1.0, 10) for c in range(6)])
+            sel.exploit_clients = [0, 1]
+            sel.successful = {0, 1}
+            sel._pacer(t)
+        assert sel.round_threshold == expected
+
+
+def test_oort_top_exploitation_takes_the_highest_scores():
+    """exploit_draw "top" (a variant): the exploited share is the k highest scores, the
+    default draws it in proportion to the score."""
+    ck = _checkin(6)
+    fb = [Feedback(c, True, 10.0, float(c + 1) ** 2, 10) for c in range(6)]  # reward c + 1
+    picks = set()
+    for seed in range(20):
+        sel = OortSelector(seed=seed, exploit_draw="top", exploration=0.0, exploration_min=0.0)
+        sel._register(ck)
+        sel.update(1, fb)
+        sc = sel.scores(2, list(range(6)))
+        top = sorted(sc, key=lambda c: -sc[c])[:2]
+        assert sel.select(2, ck, 2) == sorted(top)
+        prop = OortSelector(seed=seed, exploration=0.0, exploration_min=0.0)
+        prop._register(ck)
+        prop.update(1, fb)
+        picks.add(tuple(prop.select(2, ck, 2)))
+    assert len(picks) > 1  # the default's draw varies with the seed
+    with pytest.raises(ValueError, match="proportional, top"):
+        OortSelector(exploit_draw="best")

@@ -52,6 +52,36 @@ def test_tta_benchmark_scale_flags_conflict(capsys):
     assert "--scale-only and --no-scale exclude each other" in capsys.readouterr().err
 
 
+def test_tta_benchmark_oort_settings(capsys):
+    """--oort KEY=VALUE reaches every Oort-selected method and is recorded; a bad key or
+    value is refused with what is accepted."""
+    mod = load_benchmark("fedhybrid_tta")
+    base = ["--quick", "--aggregators", "fedprox", "--no-scale", "--no-ablations", "--json",
+            "--methods", "random,oort"]  # fmt: skip
+    assert mod.main(base) == 0
+    plain = json.loads(capsys.readouterr().out)
+    assert "oort" not in plain["semantics"]
+    assert mod.main(base + ["--oort", "exploit_draw=top", "--oort", "exploration_factor=0"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["semantics"]["oort"] == {"exploit_draw": "top", "exploration_factor": 0.0}
+
+    def rows(o):  # everything a row says but its wall time
+        return {
+            r["method"]: {k: v for k, v in r.items() if k != "wall_s"}
+            for r in o["tables"]["fedprox"]
+        }
+
+    assert rows(out)["random"] == rows(plain)["random"]
+    assert rows(out)["oort"] != rows(plain)["oort"]
+    for bad, msg in (
+        ("foo=1", "KEY one of exploration_factor"),
+        ("round_penalty=-1", "round_penalty"),
+    ):
+        with pytest.raises(SystemExit) as e:
+            mod.main(base + ["--oort", bad])
+        assert e.value.code == 2 and msg in capsys.readouterr().err
+
+
 def _rows_recs(accs: dict[str, list[float]]):
     rows = [
         {"method": m, "final_accuracy": a[-1], "best_accuracy": max(a)} for m, a in accs.items()

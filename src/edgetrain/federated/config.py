@@ -92,6 +92,28 @@ class YogiSection(_Strict):
     beta2: float = Field(0.99, ge=0.0, lt=1.0)
 
 
+class OortSection(_Strict):
+    """Oort's selector settings, named and defaulted as FedScale's ``config_parser`` flags
+    (``--exploration_factor`` ... ``--sample_window``; Lai et al., OSDI 2021 §4-5). They apply
+    to every method that selects with Oort (``oort``, ``oort-oracle``, Table 4's ``oort+*``
+    and ``fedhybrid-oortselector``)."""
+
+    exploration_factor: float = Field(0.9, ge=0.0, le=1.0)  # initial explored share
+    exploration_decay: float = Field(0.98, gt=0.0, le=1.0)  # x per round
+    exploration_min: float = Field(0.3, ge=0.0, le=1.0)  # floor of the explored share
+    round_threshold: float = Field(30.0, gt=0.0, le=100.0)  # preferred-duration percentile
+    pacer_delta: float = Field(5.0, ge=0.0, le=100.0)  # 0: the pacer never moves it
+    pacer_step: int = Field(20, ge=1)  # rounds between pacer updates
+    round_penalty: float = Field(2.0, ge=0.0, le=100.0)  # alpha of (T / duration)^alpha; 0: none
+    cut_off_util: float = Field(0.05, ge=0.0, le=1.0)  # exploit pool: scores >= this x k-th
+    clip_bound: float = Field(0.98, gt=0.0, le=1.0)  # reward clipped at this quantile
+    sample_window: float = Field(5.0, ge=1.0, le=1000.0)  # explore pool: this x n_explore
+    # how the exploited share is drawn from that pool: "proportional" to the score as FedScale
+    # does (the default), or "top", the highest scores in order -- a diagnostic variant that
+    # exploits as FedHybrid's selector does, not FedScale's Oort
+    exploit_draw: Literal["proportional", "top"] = "proportional"
+
+
 class FederatedSection(_Strict):
     rounds: int = Field(5, ge=1, le=100_000)
     clients_per_round: int = Field(5, ge=1)
@@ -144,6 +166,7 @@ class FederatedSection(_Strict):
     # default); 1.5: the 3/2 of CUCB (Chen, Wang & Yuan, ICML 2013, Algorithm 1), the
     # MAB-UCB FedHybrid §4.2 cites, whose rewards lie in [0, 1] as the normalised utility does
     fedhybrid_ucb_c: float = Field(0.1, ge=0.0, le=100.0)
+    oort: OortSection = Field(default_factory=OortSection)
     # Over-commitment: every selector picks int(overcommit x clients_per_round) clients and
     # the round closes when clients_per_round have reported (FedScale config_parser
     # ``--overcommitment`` default 1.3; Bonawitz et al. MLSys 2019 §2.2). 1.0 = none.

@@ -125,8 +125,24 @@ def _seed(*parts: int) -> int:
 
 def selector_options(selector: str, fcfg: Any) -> dict[str, Any]:
     """The selector's settings from the ``federated`` section: FedHybrid's epsilon, MemStat
-    and Stat forms, exploration draw and UCB constant; none for the others. One place for every runtime
-    (in-process, Ray, Flower), so a setting cannot reach one and not another."""
+    and Stat forms, exploration draw and UCB constant; Oort's ``federated.oort`` section; none
+    for Random. One place for every runtime (in-process, Ray, Flower), so a setting cannot
+    reach one and not another."""
+    if selector == "oort":
+        o = fcfg.oort
+        return {
+            "exploration": o.exploration_factor,
+            "decay": o.exploration_decay,
+            "exploration_min": o.exploration_min,
+            "round_threshold": o.round_threshold,
+            "pacer_delta": o.pacer_delta,
+            "pacer_step": o.pacer_step,
+            "round_penalty": o.round_penalty,
+            "cut_off_util": o.cut_off_util,
+            "clip_bound": o.clip_bound,
+            "sample_window": o.sample_window,
+            "exploit_draw": o.exploit_draw,
+        }
     if selector != "fedhybrid":
         return {}
     return {

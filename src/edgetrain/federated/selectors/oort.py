@@ -16,7 +16,9 @@ from the ``sample_window`` x k unexplored arms of highest (duration-penalised) r
 
 Defaults are FedScale's ``config_parser`` values (exploration_factor 0.9, decay 0.98,
 min 0.3, round_threshold 30, pacer_delta 5, pacer_step 20, round_penalty 2.0,
-cut_off_util 0.05, clip_bound 0.98, sample_window 5.0).
+cut_off_util 0.05, clip_bound 0.98, sample_window 5.0); ``federated.oort`` sets them.
+``exploit_draw="top"`` takes the highest scores instead of drawing by score, a diagnostic
+that exploits as FedHybrid's selector does (not FedScale's).
 """
 
 from __future__ import annotations
@@ -54,6 +56,7 @@ class OortSelector(Selector):
         cut_off_util: float = 0.05,
         clip_bound: float = 0.98,
         sample_window: float = 5.0,
+        exploit_draw: str = "proportional",
     ) -> None:
         super().__init__(seed)
         self.exploration = exploration
@@ -66,6 +69,9 @@ class OortSelector(Selector):
         self.cut_off = cut_off_util
         self.clip_bound = clip_bound
         self.sample_window = sample_window
+        if exploit_draw not in ("proportional", "top"):
+            raise ValueError(f"exploit_draw {exploit_draw!r}; accepted: proportional, top")
+        self.exploit_draw = exploit_draw
         self.arms: dict[int, dict[str, float]] = {}
         self.unexplored: set[int] = set()
         self.exploit_hist: list[float] = []
@@ -178,9 +184,12 @@ class OortSelector(Selector):
             total = max(1e-4, sum(scores[c] for c in temp))
             p = np.array([scores[c] / total for c in temp])
             p = p / p.sum()
-            picked_exploit = [
-                int(c) for c in self.rng.choice(temp, exploit_len, p=p, replace=False)
-            ]
+            if self.exploit_draw == "top":  # the variant: the highest scores, in order
+                picked_exploit = [int(c) for c in temp[:exploit_len]]
+            else:
+                picked_exploit = [
+                    int(c) for c in self.rng.choice(temp, exploit_len, p=p, replace=False)
+                ]
         self.exploit_clients = picked_exploit
         unexplored = sorted(c for c in self.unexplored if checkin.is_eligible(c))
         picked_explore: list[int] = []
