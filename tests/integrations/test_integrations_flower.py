@@ -229,6 +229,7 @@ def test_fedhybrid_selector_settings_reach_the_flower_strategy(env):
     """The strategy builds FedHybrid's selector from the same settings as edgetrain federate
     (``selector_options``), so fedhybrid_stat / fedhybrid_explore are not dropped on Flower;
     and fedhybrid-oortselector (Oort's selector, FedHybrid's plans) is accepted."""
+    from edgetrain.federated.config import OortSection
     from edgetrain.integrations.flower.simulation import make_strategy
 
     variant = CFG.model_copy(
@@ -241,6 +242,15 @@ def test_fedhybrid_selector_settings_reach_the_flower_strategy(env):
     sel = make_strategy(variant, env, "fedhybrid").selector
     assert (sel.stat, sel.explore, sel.memstat) == ("samples", "samples", "eq1")
     assert make_strategy(CFG, env, "fedhybrid-oortselector").selector.name == "oort"
+    tuned = CFG.model_copy(
+        update={
+            "federated": CFG.federated.model_copy(
+                update={"oort": OortSection(round_penalty=0.0, exploit_draw="top")}
+            )
+        }
+    )
+    oort = make_strategy(tuned, env, "oort").selector  # federated.oort reaches Flower's Oort
+    assert (oort.round_penalty, oort.exploit_draw) == (0.0, "top")
 
 
 def test_clip_grad_norm_ships_to_the_nodes_and_bounds_their_step(env):
