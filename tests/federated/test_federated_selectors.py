@@ -404,5 +404,5 @@ def test_oort_top_exploitation_takes_the_highest_scores():
         prop.update(1, fb)
         picks.add(tuple(prop.select(2, ck, 2)))
     assert len(picks) > 1  # the default's draw varies with the seed
-    with pytest.raises(ValueError, match="proportional, top"):
+    with pytest.raises(ConfigError, match="proportional, top"):
         OortSelector(exploit_draw="best")

@@ -29,6 +29,7 @@ from typing import Any
 
 import numpy as np
 
+from edgetrain.errors import ConfigError
 from edgetrain.federated.selectors.base import CheckIn, Feedback, Selector
 
 
@@ -70,7 +71,7 @@ class OortSelector(Selector):
         self.clip_bound = clip_bound
         self.sample_window = sample_window
         if exploit_draw not in ("proportional", "top"):
-            raise ValueError(f"exploit_draw {exploit_draw!r}; accepted: proportional, top")
+            raise ConfigError(f"exploit_draw {exploit_draw!r}; accepted: proportional, top")
         self.exploit_draw = exploit_draw
         self.arms: dict[int, dict[str, float]] = {}
         self.unexplored: set[int] = set()
@@ -181,12 +182,12 @@ class OortSelector(Selector):
                 if scores[c] < cut and len(temp) > 10.0 * exploit_len:
                     break
                 temp.append(c)
-            total = max(1e-4, sum(scores[c] for c in temp))
-            p = np.array([scores[c] / total for c in temp])
-            p = p / p.sum()
             if self.exploit_draw == "top":  # the variant: the highest scores, in order
                 picked_exploit = [int(c) for c in temp[:exploit_len]]
             else:
+                total = max(1e-4, sum(scores[c] for c in temp))
+                p = np.array([scores[c] / total for c in temp])
+                p = p / p.sum()
                 picked_exploit = [
                     int(c) for c in self.rng.choice(temp, exploit_len, p=p, replace=False)
                 ]
