@@ -681,6 +681,11 @@ def main(argv: list[str] | None = None) -> int:
         "sample count as FedScale's Oort explores",
     )  # fmt: skip
     ap.add_argument(
+        "--fedhybrid-util", choices=("eq4", "stat"), default=None,
+        help="what FedHybrid's selector exploits: eq. 4's Stat x MemStat x CompStat as "
+        "printed, or Stat alone (a variant without the system factors)",
+    )  # fmt: skip
+    ap.add_argument(
         "--clip-grad-norm", type=float, default=None,
         help="clip each local step's gradient to this L2 norm (every method alike; 0: none; "
         "the BBC tasks' default is 1.0)",
@@ -763,6 +768,7 @@ def main(argv: list[str] | None = None) -> int:
             "memstat": args.memstat,
             "fedhybrid_stat": args.fedhybrid_stat,
             "fedhybrid_explore": args.fedhybrid_explore,
+            "fedhybrid_util": args.fedhybrid_util,
             "fedhybrid_ucb_c": args.ucb_c,
             "epsilon": args.epsilon,
             "overcommit": args.overcommit,

@@ -128,6 +128,36 @@ def test_fedhybrid_stat_scaled_by_samples_exploits_the_data_rich_client():
         FedHybridSelector(stat="oort")
 
 
+def test_fedhybrid_util_stat_drops_eq4_system_factors():
+    """util="stat" (a diagnostic variant): client 0 (Stat 3, 1 GB, step 4 s) vs client 1
+    (Stat 2, 8 GB, step 1 s), M_G 4 GB. Eq. 4 exploits client 1 (2 x 2 x 1 = 4 against
+    3 x 1 x 1/4 = 0.75); Stat alone client 0 (3 > 2). The scores are the normalised
+    utilities by hand, and the form reaches the selector from the config."""
+    ck = CheckIn(
+        n_samples=np.ones(2, dtype=int), memory_budget=np.array([1.0, 8.0]) * GB,
+        step_time_s=np.array([4.0, 1.0]), est_duration_s=np.ones(2), m_g=4 * GB,
+    )  # fmt: skip
+    fb = [Feedback(0, True, 1.0, 9.0, 1), Feedback(1, True, 1.0, 4.0, 1)]
+    picks, scores = {}, {}
+    for form in ("eq4", "stat"):
+        sel = FedHybridSelector(seed=0, epsilon=1.0, ucb_c=0.0, util=form)
+        sel.selected_before = {0, 1}
+        sel.update(1, fb)
+        scores[form] = sel.scores(2, ck)
+        picks[form] = sel.select(2, ck, 1)
+    assert picks == {"eq4": [1], "stat": [0]}
+    assert scores["eq4"] == pytest.approx({0: 0.75 / 4, 1: 1.0})
+    assert scores["stat"] == pytest.approx({0: 1.0, 1: 2 / 3})
+    with pytest.raises(ConfigError, match="eq4, stat"):
+        FedHybridSelector(util="memstat")
+    from edgetrain.federated.config import FederatedSection
+    from edgetrain.federated.server import selector_options
+
+    assert selector_options("fedhybrid", FederatedSection())["util"] == "eq4"
+    opts = selector_options("fedhybrid", FederatedSection(fedhybrid_util="stat"))
+    assert make_selector("fedhybrid", seed=0, **opts).util == "stat"
+
+
 def test_fedhybrid_exploration_prefers_rich_clients():
     ck = CheckIn(
         n_samples=np.ones(2, dtype=int), memory_budget=np.array([0.04, 8.0]) * GB,

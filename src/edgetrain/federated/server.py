@@ -150,6 +150,7 @@ def selector_options(selector: str, fcfg: Any) -> dict[str, Any]:
         "memstat": fcfg.memstat,
         "stat": fcfg.fedhybrid_stat,
         "explore": fcfg.fedhybrid_explore,
+        "util": fcfg.fedhybrid_util,
         "ucb_c": fcfg.fedhybrid_ucb_c,
     }
 

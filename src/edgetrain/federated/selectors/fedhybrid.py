@@ -48,6 +48,10 @@ STAT_FORMS = ("eq2", "samples")
 # client's sample count, the initial reward FedScale's Oort explores by (getTopK's
 # ``init_reward``) -- a variant, not the paper's (round 31)
 EXPLORE_FORMS = ("system", "samples")
+# What is exploited: "eq4" as printed (Stat x MemStat x CompStat); "stat" ranks by Stat
+# alone, leaving out eq. 4's system factors -- a diagnostic variant, not the paper's (round
+# 36: the last part of the gap to Oort's utility that round 34 left unsplit)
+UTIL_FORMS = ("eq4", "stat")
 
 
 def mem_stat(m_i: np.ndarray | float, m_g: float, form: str = "eq4") -> np.ndarray:
@@ -86,6 +90,7 @@ class FedHybridSelector(Selector):
         memstat: str = "eq4",
         stat: str = "eq2",
         explore: str = "system",
+        util: str = "eq4",
     ) -> None:
         super().__init__(seed)
         mem_stat(1.0, 1.0, memstat)  # validates the form
@@ -95,7 +100,10 @@ class FedHybridSelector(Selector):
             raise ConfigError(
                 f"fedhybrid explore form {explore!r}; accepted: {', '.join(EXPLORE_FORMS)}"
             )
+        if util not in UTIL_FORMS:
+            raise ConfigError(f"fedhybrid util form {util!r}; accepted: {', '.join(UTIL_FORMS)}")
         self.memstat = memstat
+        self.util = util
         self.stat = stat
         self.explore = explore
         self.n: dict[int, int] = {}  # partition size per explored client (stat="samples")
@@ -124,13 +132,14 @@ class FedHybridSelector(Selector):
         ids = np.array([i for i in sorted(self.loss_sq) if checkin.is_eligible(i)], dtype=int)
         if not ids.size:
             return {}
-        u = utility(
-            np.array([self.loss_sq[i] for i in ids]),
-            checkin.memory_budget[ids],
-            checkin.m_g,
-            checkin.step_time_s[ids],
-            self.memstat,
-        )
+        loss_sq = np.array([self.loss_sq[i] for i in ids])
+        if self.util == "stat":
+            u = stat_util(loss_sq)
+        else:
+            u = utility(
+                loss_sq, checkin.memory_budget[ids], checkin.m_g, checkin.step_time_s[ids],
+                self.memstat,
+            )  # fmt: skip
         if self.stat == "samples":
             u = u * np.array([self.n.get(int(i), 1) for i in ids], dtype=float)
         top = float(u.max()) if u.size and u.max() > 0 else 1.0
