@@ -681,9 +681,9 @@ def main(argv: list[str] | None = None) -> int:
         "sample count as FedScale's Oort explores",
     )  # fmt: skip
     ap.add_argument(
-        "--fedhybrid-util", choices=("eq4", "stat"), default=None,
+        "--fedhybrid-util", choices=("eq4", "stat", "no-compstat", "no-memstat"), default=None,
         help="what FedHybrid's selector exploits: eq. 4's Stat x MemStat x CompStat as "
-        "printed, or Stat alone (a variant without the system factors)",
+        "printed; variants: Stat alone, or without CompStat, or without MemStat",
     )  # fmt: skip
     ap.add_argument(
         "--clip-grad-norm", type=float, default=None,

@@ -129,7 +129,7 @@ def test_fedhybrid_stat_scaled_by_samples_exploits_the_data_rich_client():
 
 
 def test_fedhybrid_util_stat_drops_eq4_system_factors():
-    """util="stat" (a diagnostic variant): client 0 (Stat 3, 1 GB, step 4 s) vs client 1
+    """util="stat" and one-factor drops (diagnostic variants): client 0 (Stat 3, 1 GB, step 4 s) vs client 1
     (Stat 2, 8 GB, step 1 s), M_G 4 GB. Eq. 4 exploits client 1 (2 x 2 x 1 = 4 against
     3 x 1 x 1/4 = 0.75); Stat alone client 0 (3 > 2). The scores are the normalised
     utilities by hand, and the form reaches the selector from the config."""
@@ -148,6 +148,11 @@ def test_fedhybrid_util_stat_drops_eq4_system_factors():
     assert picks == {"eq4": [1], "stat": [0]}
     assert scores["eq4"] == pytest.approx({0: 0.75 / 4, 1: 1.0})
     assert scores["stat"] == pytest.approx({0: 1.0, 1: 2 / 3})
+    # one factor dropped: Stat x MemStat 3 x 1 against 2 x 2; Stat x CompStat 3/4 against 2
+    for form, raw in (("no-compstat", (3.0, 4.0)), ("no-memstat", (0.75, 2.0))):
+        sel = FedHybridSelector(seed=0, epsilon=1.0, ucb_c=0.0, util=form)
+        sel.update(1, fb)
+        assert sel.scores(2, ck) == pytest.approx({0: raw[0] / max(raw), 1: raw[1] / max(raw)})
     with pytest.raises(ConfigError, match="eq4, stat"):
         FedHybridSelector(util="memstat")
     from edgetrain.federated.config import FederatedSection

@@ -162,9 +162,10 @@ class FederatedSection(_Strict):
     # hold unique data)
     fedhybrid_explore: Literal["system", "samples"] = "system"
     # What FedHybrid's selector exploits: "eq4" as printed (Stat x MemStat x CompStat);
-    # "stat" ranks explored clients by Stat alone, without eq. 4's system factors (a
-    # diagnostic variant, round 36; the exploration draw is set by fedhybrid_explore)
-    fedhybrid_util: Literal["eq4", "stat"] = "eq4"
+    # "stat" ranks explored clients by Stat alone, without eq. 4's system factors;
+    # "no-compstat" (Stat x MemStat) and "no-memstat" (Stat x CompStat) drop one of them
+    # (diagnostic variants, round 36; the exploration draw is set by fedhybrid_explore)
+    fedhybrid_util: Literal["eq4", "stat", "no-compstat", "no-memstat"] = "eq4"
     # FedHybrid's MAB-UCB exploration constant c in the bonus sqrt(c ln t / n_i) added to the
     # normalised utility. 0.1: the temporal-uncertainty constant FedScale's Oort uses (the
     # default); 1.5: the 3/2 of CUCB (Chen, Wang & Yuan, ICML 2013, Algorithm 1), the

@@ -49,9 +49,10 @@ STAT_FORMS = ("eq2", "samples")
 # ``init_reward``) -- a variant, not the paper's (round 31)
 EXPLORE_FORMS = ("system", "samples")
 # What is exploited: "eq4" as printed (Stat x MemStat x CompStat); "stat" ranks by Stat
-# alone, leaving out eq. 4's system factors -- a diagnostic variant, not the paper's (round
-# 36: the last part of the gap to Oort's utility that round 34 left unsplit)
-UTIL_FORMS = ("eq4", "stat")
+# alone, leaving out eq. 4's system factors; "no-compstat" (Stat x MemStat) and "no-memstat"
+# (Stat x CompStat) leave out one of them -- diagnostic variants, not the paper's (round 36:
+# the last part of the gap to Oort's utility that round 34 left unsplit)
+UTIL_FORMS = ("eq4", "stat", "no-compstat", "no-memstat")
 
 
 def mem_stat(m_i: np.ndarray | float, m_g: float, form: str = "eq4") -> np.ndarray:
@@ -132,14 +133,11 @@ class FedHybridSelector(Selector):
         ids = np.array([i for i in sorted(self.loss_sq) if checkin.is_eligible(i)], dtype=int)
         if not ids.size:
             return {}
-        loss_sq = np.array([self.loss_sq[i] for i in ids])
-        if self.util == "stat":
-            u = stat_util(loss_sq)
-        else:
-            u = utility(
-                loss_sq, checkin.memory_budget[ids], checkin.m_g, checkin.step_time_s[ids],
-                self.memstat,
-            )  # fmt: skip
+        u = stat_util(np.array([self.loss_sq[i] for i in ids]))  # eq. 2
+        if self.util in ("eq4", "no-compstat"):
+            u = u * mem_stat(checkin.memory_budget[ids], checkin.m_g, self.memstat)
+        if self.util in ("eq4", "no-memstat"):
+            u = u * comp_stat(checkin.step_time_s[ids])
         if self.stat == "samples":
             u = u * np.array([self.n.get(int(i), 1) for i in ids], dtype=float)
         top = float(u.max()) if u.size and u.max() > 0 else 1.0
