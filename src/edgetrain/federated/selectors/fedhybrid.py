@@ -25,6 +25,10 @@ temporal-uncertainty constant FedScale's Oort uses). The ``epsilon = 0.9`` share
 rest explores clients not selected before, drawn with probability proportional to their
 check-in system utility ``MemStat x CompStat`` ("prioritize those with rich system
 resources"). Without enough unexplored clients the remaining slots are exploited.
+
+Diagnostic variants (not the paper's; each defaults to the printed form): ``stat`` scales Stat
+by the sample count, ``explore`` draws the unexplored by sample count, and ``util`` drops one or
+both of eq. 4's system factors from the exploited ranking (round 36).
 """
 
 from __future__ import annotations
