@@ -64,6 +64,7 @@ from edgetrain.config import parse_config
 from edgetrain.federated import FederatedConfig, FederatedServer, build_environment, compare
 from edgetrain.federated.methods import COMPARE_METHODS
 from edgetrain.federated.plans import ON_DEVICE_PLAN_SLOWDOWN
+from edgetrain.federated.selectors.fedhybrid import UTIL_FORMS
 from edgetrain.federated.server import held_split
 
 PHONE_CLOCK = {"flops_per_sample": 6.0e8, "model_bytes": 1.36e7}
@@ -681,7 +682,7 @@ def main(argv: list[str] | None = None) -> int:
         "sample count as FedScale's Oort explores",
     )  # fmt: skip
     ap.add_argument(
-        "--fedhybrid-util", choices=("eq4", "stat", "no-compstat", "no-memstat"), default=None,
+        "--fedhybrid-util", choices=UTIL_FORMS, default=None,
         help="what FedHybrid's selector exploits: eq. 4's Stat x MemStat x CompStat as "
         "printed; variants: Stat alone, or without CompStat, or without MemStat",
     )  # fmt: skip

@@ -8,6 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from edgetrain.errors import ConfigError
+from edgetrain.federated.config import FederatedSection
 from edgetrain.federated.selectors import (
     CheckIn,
     FedHybridSelector,
@@ -21,6 +22,7 @@ from edgetrain.federated.selectors import (
     stat_util,
     utility,
 )
+from edgetrain.federated.server import selector_options
 
 GB = 1e9
 
@@ -129,10 +131,10 @@ def test_fedhybrid_stat_scaled_by_samples_exploits_the_data_rich_client():
 
 
 def test_fedhybrid_util_stat_drops_eq4_system_factors():
-    """util="stat" and one-factor drops (diagnostic variants): client 0 (Stat 3, 1 GB, step 4 s) vs client 1
-    (Stat 2, 8 GB, step 1 s), M_G 4 GB. Eq. 4 exploits client 1 (2 x 2 x 1 = 4 against
-    3 x 1 x 1/4 = 0.75); Stat alone client 0 (3 > 2). The scores are the normalised
-    utilities by hand, and the form reaches the selector from the config."""
+    """util="stat" and the one-factor drops (diagnostic variants): client 0 (Stat 3, 1 GB,
+    step 4 s) vs client 1 (Stat 2, 8 GB, step 1 s), M_G 4 GB. Eq. 4 exploits client 1
+    (2 x 2 x 1 = 4 against 3 x 1 x 1/4 = 0.75); Stat alone client 0 (3 > 2). The scores are
+    the normalised utilities by hand, and the form reaches the selector from the config."""
     ck = CheckIn(
         n_samples=np.ones(2, dtype=int), memory_budget=np.array([1.0, 8.0]) * GB,
         step_time_s=np.array([4.0, 1.0]), est_duration_s=np.ones(2), m_g=4 * GB,
@@ -155,9 +157,6 @@ def test_fedhybrid_util_stat_drops_eq4_system_factors():
         assert sel.scores(2, ck) == pytest.approx({0: raw[0] / max(raw), 1: raw[1] / max(raw)})
     with pytest.raises(ConfigError, match="eq4, stat"):
         FedHybridSelector(util="memstat")
-    from edgetrain.federated.config import FederatedSection
-    from edgetrain.federated.server import selector_options
-
     assert selector_options("fedhybrid", FederatedSection())["util"] == "eq4"
     opts = selector_options("fedhybrid", FederatedSection(fedhybrid_util="stat"))
     assert make_selector("fedhybrid", seed=0, **opts).util == "stat"
@@ -345,9 +344,6 @@ def test_fedhybrid_ucb_constant_sets_the_bonus_and_reaches_the_selector():
     ``federated`` section, and a negative constant is refused there."""
     from pydantic import ValidationError
 
-    from edgetrain.federated.config import FederatedSection
-    from edgetrain.federated.server import selector_options
-
     ck = CheckIn(
         n_samples=np.ones(2, dtype=int), memory_budget=np.full(2, 8.0) * GB,
         step_time_s=np.ones(2), est_duration_s=np.ones(2), m_g=4 * GB,
@@ -371,9 +367,6 @@ def test_oort_section_defaults_are_the_selectors_and_reach_it():
     """``federated.oort`` names FedScale's flags; its defaults build the same selector as
     OortSelector's own, and each setting reaches the selector through ``selector_options``."""
     from pydantic import ValidationError
-
-    from edgetrain.federated.config import FederatedSection
-    from edgetrain.federated.server import selector_options
 
     default = OortSelector(**selector_options("oort", FederatedSection()))
     plain = OortSelector()
