@@ -5,6 +5,7 @@ layout and the FedHybrid-vs-Oort comparison; the default task stays MNIST.
 """
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -214,3 +215,43 @@ def test_bbc_albert_quick_plans_the_shared_layer(tta, tmp_path):
     assert out["task"]["name"] == "bbc-albert"
     lost = out["summary"]["fedprox"]["lost"]
     assert lost["fedhybrid"]["planned"] > 0 and lost["random"]["planned"] == 0
+
+
+def test_pinned_plans_resolve_per_task(tta, tmp_path):
+    kept = tta.PINNED_PLANS / "bbc-bert.json"
+    assert kept.is_file()
+    assert tta.plans_file("pinned", "bbc-bert", False) == str(kept)
+    # the quick scale plans a smaller model on another grid: always a fresh profile
+    assert tta.plans_file("pinned", "bbc-bert", True) is None
+    assert tta.plans_file("fresh", "bbc-bert", False) is None
+    for task in tta.TASKS:  # a task without a kept file profiles afresh
+        if not (tta.PINNED_PLANS / f"{task}.json").is_file():
+            assert tta.plans_file("pinned", task, False) is None
+    own = str(tmp_path / "mine.json")
+    assert tta.plans_file(own, "mnist", False) == own
+
+
+def test_pinned_bbc_plans_cover_every_fedhybrid_bucket(tta):
+    """The kept file holds a hybrid and a recompute plan for every bucket below M_G, so
+    FedHybrid and its compression ablation plan nothing afresh in any seed's run."""
+    import torch
+
+    from edgetrain.federated.plans import PlanService
+
+    path = tta.plans_file("pinned", "bbc-bert", False)
+    cfg = tta.task_config(False, "fedprox", 0, plans=path, task="bbc-bert")
+    mc = cfg.memory
+    service = PlanService(
+        torch.nn.Linear(2, 2), torch.zeros(1, 2), torch.zeros(1, dtype=torch.long),
+        mc.plan_model.name, bucket=mc.bucket,
+    )  # fmt: skip
+    assert service.load_file(mc.plans) == len(json.loads(Path(path).read_text()))
+    n = int(round(1.0 / mc.bucket))
+    for strategy in ("hybrid", "recompute"):
+        for j in range(1, n):
+            assert (strategy, round(j * mc.bucket, 6)) in service.table, (strategy, j)
+    # BERT-small's hybrid plans fit from 0.30 M_G (round 33); below, none does
+    hybrid = {f: o for (s, f), o in service.table.items() if s == "hybrid"}
+    assert not hybrid[0.25].feasible and hybrid[0.3].feasible
+    assert all(o.overhead_factor >= 1.0 for o in hybrid.values())
+    assert service.planner_calls == 0  # loading plans nothing
