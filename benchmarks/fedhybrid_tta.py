@@ -120,12 +120,7 @@ QUICK_ALBERT_MODEL = {
                 "num_layers": 2, "heads": 2, "intermediate": 64, "embedding_dim": 16},
 }  # fmt: skip
 TASKS = ("mnist", "bbc-bert", "bbc-albert")
-# Planner results measured once per task and kept in the repository (--save-plans on this
-# CPU; benchmarks/plans/README.md): FedHybrid's plans come from operator costs profiled in
-# the running process, and fresh profiles move a plan's time factor enough to move
-# FedHybrid's time to target by a third between two runs of one seed (round 37). With the
-# kept file every run of a task makes the same plans, so its rows reproduce exactly and two
-# variants run in two processes differ only by what they vary.
+# planner results kept per task (--plans pinned): why and how made in benchmarks/plans/README.md
 PINNED_PLANS = Path(__file__).resolve().parent / "plans"
 TASK_TITLES = {
     "mnist": "MNIST-5k (LeNet proxy, MobileNetV2 plans/clock)",
