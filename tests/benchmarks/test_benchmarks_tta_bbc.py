@@ -5,7 +5,6 @@ layout and the FedHybrid-vs-Oort comparison; the default task stays MNIST.
 """
 
 import json
-from pathlib import Path
 
 import pytest
 
@@ -215,57 +214,3 @@ def test_bbc_albert_quick_plans_the_shared_layer(tta, tmp_path):
     assert out["task"]["name"] == "bbc-albert"
     lost = out["summary"]["fedprox"]["lost"]
     assert lost["fedhybrid"]["planned"] > 0 and lost["random"]["planned"] == 0
-
-
-def test_pinned_plans_resolve_per_task(tta, tmp_path):
-    for task in ("bbc-bert", "mnist"):
-        kept = tta.PINNED_PLANS / f"{task}.json"
-        assert kept.is_file()
-        assert tta.plans_file("pinned", task, False) == str(kept)
-    # the quick scale plans a smaller model on another grid: always a fresh profile
-    assert tta.plans_file("pinned", "bbc-bert", True) is None
-    assert tta.plans_file("fresh", "bbc-bert", False) is None
-    for task in tta.TASKS:  # a task without a kept file profiles afresh
-        if not (tta.PINNED_PLANS / f"{task}.json").is_file():
-            assert tta.plans_file("pinned", task, False) is None
-    own = str(tmp_path / "mine.json")
-    assert tta.plans_file(own, "mnist", False) == own
-
-
-# the hybrid planner's floor (the smallest fraction of M_G a plan fits) and the seeds whose
-# Table 4 fleet-wide plans were kept: BERT-small's floor is 0.30 (round 33), MobileNetV2's 0.10
-PINNED_TASKS = {"bbc-bert": (0.3, 5), "mnist": (0.1, 10)}
-
-
-@pytest.mark.parametrize("task", sorted(PINNED_TASKS))
-def test_pinned_plans_cover_every_fedhybrid_bucket(tta, task):
-    """A kept file holds a hybrid and a recompute plan for every bucket below M_G and a
-    fleet-wide plan per Table 4 baseline for each benchmarked seed, so FedHybrid, its
-    compression ablation and the baselines plan nothing afresh in any seed's run."""
-    import torch
-
-    from edgetrain.federated.plans import PlanService
-
-    path = tta.plans_file("pinned", task, False)
-    assert path is not None, task
-    cfg = tta.task_config(False, "fedprox", 0, plans=path, task=task)
-    mc = cfg.memory
-    service = PlanService(
-        torch.nn.Linear(2, 2), torch.zeros(1, 2), torch.zeros(1, dtype=torch.long),
-        mc.plan_model.name, bucket=mc.bucket,
-    )  # fmt: skip
-    rows = json.loads(Path(path).read_text())
-    assert service.load_file(mc.plans) == len(rows)
-    assert {r["model"] for r in rows} == {mc.plan_model.name}
-    n = int(round(1.0 / mc.bucket))
-    for strategy in ("hybrid", "recompute"):
-        for j in range(1, n):
-            assert (strategy, round(j * mc.bucket, 6)) in service.table, (strategy, j)
-    floor, seeds = PINNED_TASKS[task]
-    hybrid = {f: o for (s, f), o in service.table.items() if s == "hybrid"}
-    below = round(floor - mc.bucket, 6)
-    assert not hybrid[below].feasible and hybrid[floor].feasible
-    assert all(o.overhead_factor >= 1.0 for o in hybrid.values())
-    for baseline in ("melon", "capuchin", "gact"):
-        assert sum(s == baseline for s, _ in service.table) == seeds, baseline
-    assert service.planner_calls == 0  # loading plans nothing
