@@ -950,11 +950,16 @@ def main(argv: list[str] | None = None) -> int:
         reach = [r for r in rows if r.get("exposure", {}).get("distinct_aggregated") is not None]
         if reach:
             print(f"\nreach up to the target (+{agg}): distinct clients selected / aggregated, "
-                  "share of the aggregated updates from the most-aggregated tenth")  # fmt: skip
+                  "share of the aggregated updates from the most-aggregated tenth, mean share "
+                  "of a round's aggregated clients aggregated the round before, share of the "
+                  "training samples the aggregated clients hold")  # fmt: skip
             for r in reach:
                 e = r["exposure"]
+                rep, cov = e.get("repeat_share"), e.get("data_coverage")
                 print(f"  {r['method']:<18}{e['distinct_selected']:>6} /"
                       f"{e['distinct_aggregated']:>5}   top tenth {e['top_decile_share']:.2f}"
+                      f"   repeated {'-' if rep is None else f'{rep:.2f}'}"
+                      f"   data {'-' if cov is None else f'{cov:.2f}'}"
                       f"  (rounds {e['rounds']})")  # fmt: skip
     for agg, summ in out.get("summary", {}).items():
         print_summary(agg, summ)

@@ -36,7 +36,8 @@ def test_exposure_counts_rounds_up_to_the_target_time():
                  "regenerations": 1, "compressed_clients": 0, "rounds": 2,
                  "compress_planned": 0, "budget_over": 0, "budget_err_pct": None,
                  "distinct_selected": 0, "distinct_aggregated": None,
-                 "top_decile_share": None}  # fmt: skip
+                 "top_decile_share": None, "repeat_share": None,
+                 "data_coverage": None}  # fmt: skip
     # target never reached: the whole run counts
     assert exposure(recs, None)["rounds"] == 3
     assert exposure(recs, None)["planned"] == 8 and exposure(recs, None)["compressed_clients"] == 3
@@ -61,3 +62,26 @@ def test_exposure_counts_the_selectors_reach():
     assert exposure(recs, None)["distinct_aggregated"] == 12
     # records without the field (before round 34): unknown, not zero
     assert exposure([_rec(10.0, 0, 0, 0, 0)], None)["distinct_aggregated"] is None
+
+
+def test_exposure_counts_repeats_and_the_data_the_aggregated_clients_hold():
+    """repeat_share: round 2 repeats 1 of its 4 aggregated clients, round 3 1 of 3 ->
+    (1/4 + 1/3) / 2 up to the target; data_coverage: clients 0-9 hold 10 samples each and
+    client 12 holds 50, of 150 in all."""
+    recs = [
+        dict(_rec(10.0, 0, 0, 0, 0), selected=[0, 1, 2, 3, 4], aggregated=[0, 1, 2, 3, 4]),
+        dict(_rec(20.0, 0, 0, 0, 0), selected=[0, 5, 6, 7], aggregated=[0, 5, 6, 7]),
+        dict(_rec(30.0, 0, 0, 0, 0), selected=[0, 8, 9], aggregated=[0, 8, 9]),
+        dict(_rec(40.0, 0, 0, 0, 0), selected=[12], aggregated=[12]),
+    ]
+    n = [10] * 10 + [0, 0, 50]
+    e = exposure(recs, 30.0, n)
+    assert e["repeat_share"] == pytest.approx((1 / 4 + 1 / 3) / 2)
+    assert e["data_coverage"] == pytest.approx(100 / 150)
+    full = exposure(recs, None, n)
+    assert full["repeat_share"] == pytest.approx((1 / 4 + 1 / 3 + 0) / 3)
+    assert full["data_coverage"] == pytest.approx(1.0)
+    # the same rounds again: every aggregated client repeats
+    assert exposure(recs[:1] * 3, None, n)["repeat_share"] == pytest.approx(1.0)
+    # without the clients' sample counts the coverage is unknown, not zero
+    assert exposure(recs, None)["data_coverage"] is None

@@ -38,6 +38,9 @@ def test_tta_benchmark_quick(capsys):
         # the selector's reach: every aggregated client was selected
         assert 1 <= e["distinct_aggregated"] <= e["distinct_selected"]
         assert 0.0 < e["top_decile_share"] <= 1.0
+        # repeats need two rounds up to the target; some data was trained on
+        assert e["repeat_share"] is None or 0.0 <= e["repeat_share"] <= 1.0
+        assert 0.0 < e["data_coverage"] <= 1.0
     assert [r["method"] for r in rows] == ["random", "oort", "fedhybrid"]
     abl = [r["method"] for r in out["ablations"]["fedprox"]]
     assert abl == ["random", "fedhybrid", "fedhybrid-noselector", "fedhybrid-nooptimizer",

@@ -51,7 +51,11 @@ def participation(records: Sequence[dict[str, Any]]) -> dict[str, list[int]]:
     return dict(sorted(out.items(), key=lambda kv: float(kv[0].rstrip("GB"))))
 
 
-def exposure(records: Sequence[dict[str, Any]], until_s: float | None) -> dict[str, Any]:
+def exposure(
+    records: Sequence[dict[str, Any]],
+    until_s: float | None,
+    n_samples: Sequence[int] | None = None,
+) -> dict[str, Any]:
     """How often each memory mechanism acted, over the rounds up to ``until_s`` (the
     time to target; every round when None): clients per outcome, aggregated updates
     trained under a plan, plan regenerations and compressed clients. An ablation can only
@@ -66,7 +70,13 @@ def exposure(records: Sequence[dict[str, Any]], until_s: float | None) -> dict[s
     (clients selected / aggregated at least once) and ``top_decile_share`` (the share of
     the aggregated updates that came from the tenth of the aggregated clients aggregated
     most often; 0.1 when every client was aggregated equally often). None where the
-    records predate the ``aggregated`` field."""
+    records predate the ``aggregated`` field.
+
+    Round 39 adds how much of the data the selector trains on: ``repeat_share`` (the mean,
+    over rounds 2.., of the share of a round's aggregated clients that were aggregated in the
+    round before; about k / N for a label-blind draw) and, given the clients' ``n_samples``,
+    ``data_coverage`` (the share of the training samples held by the clients aggregated at
+    least once)."""
     out: dict[str, Any] = {
         k: 0 for k in ("planned", "pressure", "killed", "late", "planned_aggregated")
     }
@@ -76,6 +86,8 @@ def exposure(records: Sequence[dict[str, Any]], until_s: float | None) -> dict[s
     chosen: set[int] = set()
     times: dict[int, int] = {}
     known = True
+    repeats: list[float] = []
+    prev: set[int] | None = None
     for r in records:
         if until_s is not None and r["sim_time_s"] > until_s + 1e-9:
             break
@@ -83,8 +95,12 @@ def exposure(records: Sequence[dict[str, Any]], until_s: float | None) -> dict[s
         chosen.update(int(c) for c in r.get("selected", ()))
         if "aggregated" not in r:
             known = False
-        for c in r.get("aggregated", ()):
-            times[int(c)] = times.get(int(c), 0) + 1
+        agg = {int(c) for c in r.get("aggregated", ())}
+        for c in agg:
+            times[c] = times.get(c, 0) + 1
+        if prev is not None and agg:
+            repeats.append(len(agg & prev) / len(agg))
+        prev = agg
         for k in ("planned", "pressure", "killed", "late"):
             out[k] += int(r.get("outcomes", {}).get(k, 0))
         for k in ("planned_aggregated", "regenerations", "compressed_clients"):
@@ -99,6 +115,10 @@ def exposure(records: Sequence[dict[str, Any]], until_s: float | None) -> dict[s
     out["distinct_aggregated"] = len(counts) if known else None
     top = max(1, len(counts) // 10)
     out["top_decile_share"] = sum(counts[:top]) / sum(counts) if known and counts else None
+    out["repeat_share"] = sum(repeats) / len(repeats) if known and repeats else None
+    out["data_coverage"] = None
+    if known and n_samples is not None and sum(n_samples) > 0:
+        out["data_coverage"] = sum(int(n_samples[c]) for c in times) / sum(n_samples)
     return out
 
 
@@ -183,7 +203,7 @@ def compare(
                 "participation": participation(records[m]),
                 "regenerations": sum(int(r.get("regenerations", 0)) for r in records[m]),
                 "compressed_clients": sum(int(r.get("compressed_clients", 0)) for r in records[m]),
-                "exposure": exposure(records[m], tta),
+                "exposure": exposure(records[m], tta, env.n_samples.tolist()),
             }
         )
     return rows, records
