@@ -35,7 +35,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import fedhybrid_tta as tta  # noqa: E402
-from edgetrain.federated.api import compare  # noqa: E402
+from edgetrain.federated.api import compare, exposure  # noqa: E402
 from edgetrain.federated.environment import build_environment  # noqa: E402
 
 METHODS = ("random", "fedhybrid", "fedhybrid-noselector")
@@ -59,15 +59,11 @@ def trace(recs: list[dict], client_labels: np.ndarray, target: float, horizon: i
     acc = [r["accuracy"] for r in recs]
     hit = next((i + 1 for i, a in enumerate(acc) if a >= target - 1e-12), None)
     end = hit or len(recs)
-    seen: set[int] = set()
-    repeats, skews, classes = [], [], []
-    prev: set[int] | None = None
+    # repeats and coverage as every compare() row counts them (edgetrain's exposure)
+    reach = exposure(recs[:end], None, client_labels.sum(1).astype(int).tolist())
+    seen = {int(c) for r in recs[:end] for c in r["aggregated"]}
+    skews, classes = [], []
     for r in recs[:end]:
-        agg = {int(c) for c in r["aggregated"]}
-        seen |= agg
-        if prev is not None and agg:
-            repeats.append(len(agg & prev) / len(agg))
-        prev = agg
         lab = np.asarray(r.get("aggregated_labels") or [], dtype=float)
         if lab.size and lab.sum() > 0:
             skews.append(label_skew(lab, share))
@@ -76,8 +72,8 @@ def trace(recs: list[dict], client_labels: np.ndarray, target: float, horizon: i
     return {
         "s_per_round": recs[end - 1]["sim_time_s"] / end,
         "rounds_to_target": hit,
-        "repeat": float(np.mean(repeats)) if repeats else None,
-        "coverage": float(covered.sum() / client_labels.sum()),
+        "repeat": reach["repeat_share"],
+        "coverage": reach["data_coverage"],
         "covered_skew": label_skew(covered, share) if covered.sum() else None,
         "cohort_skew": float(np.mean(skews)) if skews else None,
         "cohort_classes": float(np.mean(classes)) if classes else None,
