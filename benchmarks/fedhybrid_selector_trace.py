@@ -17,6 +17,7 @@ and prints per method (round 39, issue 6):
     python benchmarks/fedhybrid_selector_trace.py --task mnist --seed N          # ~30 s
     python benchmarks/fedhybrid_selector_trace.py --task bbc-bert --seed N       # ~7 min
     python benchmarks/fedhybrid_selector_trace.py --task bbc-bert --seed N --json
+    python benchmarks/fedhybrid_selector_trace.py --task mnist --seed N --ucb-c 0.1  # round 39
 
 Time is simulated (``edgetrain.sim``); accuracy and labels are real. The plans are the task's
 kept file (``--plans pinned``, as fedhybrid_tta.py), so the rows equal that benchmark's.
@@ -89,11 +90,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rounds", type=int, default=None, help="rounds (default: the task's)")
     ap.add_argument("--plans", default="pinned", help="as fedhybrid_tta.py --plans")
     ap.add_argument("--json", action="store_true", help="print one JSON object only")
+    ap.add_argument(
+        "--ucb-c", type=float, default=None,
+        help="as fedhybrid_tta.py --ucb-c (default: the config's, 1.5; round 39 traced 0.1)",
+    )  # fmt: skip
     args = ap.parse_args(argv)
     plans = tta.plans_file(args.plans, args.task, args.quick)
+    semantics = None if args.ucb_c is None else {"fedhybrid_ucb_c": args.ucb_c}
     cfg = tta.task_config(
-        args.quick, "fedprox", args.seed, args.rounds, plans=plans, task=args.task
-    )
+        args.quick, "fedprox", args.seed, args.rounds, plans=plans, task=args.task,
+        semantics=semantics,
+    )  # fmt: skip
     env = build_environment(cfg)
     # the benchmark's own horizon: BBC News runs on to 1.5x its rounds, MNIST to 3x
     extend = 3.0 if args.task == "mnist" else 1.5
@@ -106,6 +113,7 @@ def main(argv: list[str] | None = None) -> int:
     out = {
         "task": args.task,
         "seed": args.seed,
+        "ucb_c": cfg.federated.fedhybrid_ucb_c,
         "target_accuracy": target,
         "rows": {
             m: {
@@ -119,7 +127,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         print(json.dumps(out, indent=1))
         return 0
-    print(f"Fig. 17's selector ablation, traced -- {tta.TASK_TITLES[args.task]}, seed {args.seed}")
+    print(
+        f"Fig. 17's selector ablation, traced -- {tta.TASK_TITLES[args.task]}, seed {args.seed}"
+        f", UCB constant c = {cfg.federated.fedhybrid_ucb_c:g}"
+    )
     print(f"target = Random's best accuracy {100 * target:.2f}%; mean acc over rounds 1-{horizon}")
     head = ("method", "speedup", "s/round", "rounds", "repeat", "coverage", "covered skew",
             "cohort skew", "classes", "mean acc")  # fmt: skip

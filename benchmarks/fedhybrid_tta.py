@@ -714,8 +714,9 @@ def main(argv: list[str] | None = None) -> int:
     )  # fmt: skip
     ap.add_argument(
         "--ucb-c", type=float, default=None,
-        help="FedHybrid's MAB-UCB constant c in sqrt(c ln t / n) (default 0.1 as FedScale's "
-        "Oort; 1.5 is CUCB's 3/2, Chen et al. 2013, the MAB-UCB FedHybrid cites)",
+        help="FedHybrid's MAB-UCB constant c in sqrt(c ln t / n) (default 1.5, CUCB's 3/2, "
+        "Chen et al. 2013, the MAB-UCB FedHybrid cites; 0.1 is FedScale's Oort constant, "
+        "the default through round 39)",
     )  # fmt: skip
     ap.add_argument(
         "--oort", action="append", default=[], metavar="KEY=VALUE",

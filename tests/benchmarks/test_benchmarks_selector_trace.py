@@ -48,3 +48,12 @@ def test_trace_quick_prints_one_row_per_method(trace_mod, capsys):
         assert r["repeat"] is None or 0.0 <= r["repeat"] <= 1.0
         assert 0.0 < r["coverage"] <= 1.0 and 0.0 <= r["mean_acc"] <= 1.0
         assert 1.0 <= r["cohort_classes"] <= 10.0
+
+
+def test_trace_takes_the_ucb_constant(trace_mod, capsys):
+    """``--ucb-c`` reaches the run's config (round 39 traced FedScale's 0.1); without it the
+    config's default, CUCB's 1.5, is used."""
+    assert trace_mod.main(["--quick", "--json", "--rounds", "2", "--ucb-c", "0.1"]) == 0
+    assert json.loads(capsys.readouterr().out)["ucb_c"] == 0.1
+    assert trace_mod.main(["--quick", "--json", "--rounds", "2"]) == 0
+    assert json.loads(capsys.readouterr().out)["ucb_c"] == 1.5

@@ -341,7 +341,8 @@ def test_fedhybrid_ucb_constant_sets_the_bonus_and_reaches_the_selector():
     """The MAB-UCB bonus is sqrt(c ln t / n_i) on the normalised utility: two clients with
     equal utility, reported 1 and 3 times, at t = 4. c = 1.5 (CUCB's 3/2) gives
     1 + sqrt(1.5 ln 4) and 1 + sqrt(1.5 ln 4 / 3); the setting reaches the selector from the
-    ``federated`` section, and a negative constant is refused there."""
+    ``federated`` section (1.5 by default since round 40), and a negative constant is refused
+    there."""
     from pydantic import ValidationError
 
     ck = CheckIn(
@@ -355,10 +356,11 @@ def test_fedhybrid_ucb_constant_sets_the_bonus_and_reaches_the_selector():
     b = math.sqrt(1.5 * math.log(4))
     assert sel.scores(4, ck) == pytest.approx({0: 1 + b, 1: 1 + b / math.sqrt(3)})
     assert sel.select(4, ck, 1) == [0]  # the less-reported arm wins the tie in utility
-    fcfg = FederatedSection(fedhybrid_ucb_c=1.5)
-    assert selector_options("fedhybrid", fcfg)["ucb_c"] == 1.5
-    assert FedHybridSelector(**selector_options("fedhybrid", fcfg)).ucb_c == 1.5
-    assert FederatedSection().fedhybrid_ucb_c == 0.1
+    fcfg = FederatedSection(fedhybrid_ucb_c=0.1)  # FedScale's Oort constant, the old default
+    assert selector_options("fedhybrid", fcfg)["ucb_c"] == 0.1
+    assert FedHybridSelector(**selector_options("fedhybrid", fcfg)).ucb_c == 0.1
+    # CUCB's 3/2 is the default of the config and of the selector alike
+    assert FederatedSection().fedhybrid_ucb_c == FedHybridSelector().ucb_c == 1.5
     with pytest.raises(ValidationError, match="fedhybrid_ucb_c"):
         FederatedSection(fedhybrid_ucb_c=-1.0)
 

@@ -167,10 +167,11 @@ class FederatedSection(_Strict):
     # (diagnostic variants, round 36; the exploration draw is set by fedhybrid_explore)
     fedhybrid_util: Literal["eq4", "stat", "no-compstat", "no-memstat"] = "eq4"
     # FedHybrid's MAB-UCB exploration constant c in the bonus sqrt(c ln t / n_i) added to the
-    # normalised utility. 0.1: the temporal-uncertainty constant FedScale's Oort uses (the
-    # default); 1.5: the 3/2 of CUCB (Chen, Wang & Yuan, ICML 2013, Algorithm 1), the
-    # MAB-UCB FedHybrid §4.2 cites, whose rewards lie in [0, 1] as the normalised utility does
-    fedhybrid_ucb_c: float = Field(0.1, ge=0.0, le=100.0)
+    # normalised utility. 1.5 (the default since round 40): the 3/2 of CUCB (Chen, Wang &
+    # Yuan, ICML 2013, Algorithm 1), the MAB-UCB FedHybrid §4.2 cites, whose rewards lie in
+    # [0, 1] as the normalised utility does; 0.1: the temporal-uncertainty constant FedScale's
+    # Oort uses (the default through round 39)
+    fedhybrid_ucb_c: float = Field(1.5, ge=0.0, le=100.0)
     oort: OortSection = Field(default_factory=OortSection)
     # Over-commitment: every selector picks int(overcommit x clients_per_round) clients and
     # the round closes when clients_per_round have reported (FedScale config_parser

@@ -19,8 +19,9 @@ below M_G (a 1.5 GB phone scores half of a 3 GB one), eq. 4 treats every client 
 must rescue it alike and separates the clients above M_G.
 
 Selection (MAB-UCB, Chen et al. 2013): each client is an arm. Explored arms score
-``Util / max Util + sqrt(c ln t / n_i)`` (n_i = times it reported; c = 0.1, the
-temporal-uncertainty constant FedScale's Oort uses). The ``epsilon = 0.9`` share of the
+``Util / max Util + sqrt(c ln t / n_i)`` (n_i = times it reported; c = 1.5, CUCB's 3/2,
+Chen et al. 2013 Algorithm 1, since round 40; ``ucb_c=0.1`` is the temporal-uncertainty
+constant FedScale's Oort uses, the default through round 39). The ``epsilon = 0.9`` share of the
 ``k`` slots (FedHybrid §5.2 hyper-parameters) is exploited from the highest scores; the
 rest explores clients not selected before, drawn with probability proportional to their
 check-in system utility ``MemStat x CompStat`` ("prioritize those with rich system
@@ -91,7 +92,7 @@ class FedHybridSelector(Selector):
         self,
         seed: int = 0,
         epsilon: float = 0.9,
-        ucb_c: float = 0.1,
+        ucb_c: float = 1.5,
         memstat: str = "eq4",
         stat: str = "eq2",
         explore: str = "system",
