@@ -75,9 +75,8 @@ def exposure(
     Round 39 adds how much of the data the selector trains on: ``repeat_share`` (the mean,
     over rounds 2.., of the share of a round's aggregated clients that were aggregated in the
     round before; about k / n for a draw that ignores the past, n the clients it draws
-    from) and, given the clients' ``n_samples``,
-    ``data_coverage`` (the share of the training samples held by the clients aggregated at
-    least once)."""
+    from) and, given the clients' ``n_samples``, ``data_coverage`` (the share of the training
+    samples held by the clients aggregated at least once)."""
     out: dict[str, Any] = {
         k: 0 for k in ("planned", "pressure", "killed", "late", "planned_aggregated")
     }
