@@ -38,6 +38,38 @@ def test_every_bad_field_is_named_in_one_error():
         assert needle in msg, (needle, msg)
 
 
+def test_an_unknown_field_names_what_its_section_accepts():
+    bad = {"train": {"lrr": 0.1}, "colour": "red"}
+    with pytest.raises(ConfigError) as exc:
+        parse_config(bad, "bad.yaml")
+    lines = str(exc.value).splitlines()
+    lrr = next(line for line in lines if "train.lrr" in line)
+    # the closest accepted name first, then every name the section accepts
+    assert "did you mean 'lr'?" in lrr
+    assert "accepted: batch_size, checkpoint_every, epochs, lr," in lrr
+    colour = next(line for line in lines if line.strip().startswith("colour"))
+    # nothing close to 'colour': no guess, just the list of sections
+    assert "did you mean" not in colour
+    assert colour.endswith("accepted: budget, data, model, name, output_root, seed, train")
+
+
+def test_an_unknown_field_in_a_nested_federated_section_is_located():
+    from edgetrain.federated.config import FederatedConfig
+
+    bad = {"federated": {"oort": {"roundpenalty": 2.0}, "clientsperround": 5}}
+    with pytest.raises(ConfigError) as exc:
+        parse_config(bad, "fed.yaml", FederatedConfig)
+    msg = str(exc.value)
+    assert (
+        "federated.oort.roundpenalty: unknown field (got 2.0); did you mean 'round_penalty'?" in msg
+    )
+    assert (
+        "federated.clientsperround: unknown field (got 5); did you mean 'clients_per_round'?" in msg
+    )
+    oort_line = next(line for line in msg.splitlines() if "federated.oort." in line)
+    assert "clients_per_round" not in oort_line  # the oort section's names, not its parent's
+
+
 def test_top_level_must_be_mapping():
     with pytest.raises(ConfigError, match="must be a mapping"):
         parse_config([1, 2], "list.yaml")

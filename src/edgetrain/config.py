@@ -8,7 +8,10 @@ Later stages add their own sections (``federated``, ``chain``, ``budget``) here.
 
 from __future__ import annotations
 
+import difflib
 import os
+import types
+import typing
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -130,8 +133,49 @@ DEMO_CONFIG: dict[str, Any] = {
 }
 
 
-def format_validation_error(exc: ValidationError, source: str) -> str:
-    """One readable line per problem: ``field.path: message (got X)``."""
+def _section_at(schema: Any, parts: list[str]) -> type[BaseModel] | None:
+    """The pydantic model that holds the field at ``parts`` under ``schema`` (None when
+    the path leaves the models: a free-form mapping, a list index into one, ...)."""
+
+    def models_in(tp: Any) -> list[type[BaseModel]]:
+        if isinstance(tp, type) and issubclass(tp, BaseModel):
+            return [tp]
+        origin = typing.get_origin(tp)
+        if origin is Annotated:
+            return models_in(typing.get_args(tp)[0])
+        if origin in (typing.Union, types.UnionType, list, tuple):
+            return [m for a in typing.get_args(tp) for m in models_in(a)]
+        return []
+
+    model = schema if isinstance(schema, type) and issubclass(schema, BaseModel) else None
+    for part in parts:
+        if model is None:
+            return None
+        if part.isdigit():  # an index into a list of sections
+            continue
+        field = model.model_fields.get(part)
+        found = models_in(field.annotation) if field is not None else []
+        model = found[0] if len(found) == 1 else None
+    return model
+
+
+def _unknown_field_hint(schema: Any, parts: list[str]) -> str:
+    """``'; did you mean X? accepted: a, b, c'`` for an unknown key at ``parts``."""
+    section = _section_at(schema, parts[:-1]) if schema is not None else None
+    if section is None:
+        return ""
+    names = sorted(f.alias or n for n, f in section.model_fields.items())
+    close = difflib.get_close_matches(parts[-1], names, n=1, cutoff=0.8)
+    guess = f"did you mean {close[0]!r}? " if close else ""
+    return f"; {guess}accepted: {', '.join(names)}"
+
+
+def format_validation_error(
+    exc: ValidationError, source: str, schema: type[BaseModel] | None = None
+) -> str:
+    """One readable line per problem: ``field.path: message (got X)``; an unknown key
+    also gets the closest accepted name and the list of names its section accepts
+    (``schema`` is the model validated against, to look them up)."""
     lines = []
     for err in exc.errors():
         parts = [str(p) for p in err["loc"]]
@@ -146,7 +190,8 @@ def format_validation_error(exc: ValidationError, source: str) -> str:
             msg = f"must be one of {err.get('ctx', {}).get('expected', '')}"
         got = err.get("input")
         got_s = "" if isinstance(got, dict) or err["type"] == "missing" else f" (got {got!r})"
-        lines.append(f"  {loc}: {msg}{got_s}")
+        hint = _unknown_field_hint(schema, parts) if err["type"] == "extra_forbidden" else ""
+        lines.append(f"  {loc}: {msg}{got_s}{hint}")
     return f"invalid config {source}:\n" + "\n".join(lines)
 
 
@@ -162,7 +207,7 @@ def parse_config(data: Any, source: str = "<dict>", schema: type[BaseModel] = Ru
     try:
         return schema.model_validate(data)
     except ValidationError as exc:
-        raise ConfigError(format_validation_error(exc, source)) from None
+        raise ConfigError(format_validation_error(exc, source, schema)) from None
 
 
 def load_config(path: str | os.PathLike, schema: type[BaseModel] = RunConfig):
