@@ -64,7 +64,7 @@ def test_melon_micro_batches_when_recompute_alone_cannot_fit(service):
 
 
 def test_capuchin_picks_the_higher_saving_per_second(service):
-    prof = service.profile("recompute")  # codec-free, the same as "swap"
+    prof = service.profile("recompute")  # hybrid's profile, which "swap" plans on too
     io = IoContentionModel()
     u = _unplanned(prof)
     # below what recompute alone can reach: Capuchin must swap some units

@@ -58,3 +58,23 @@ def test_clustered_plans_fit_every_member(service):
 
 def tight_factor(service):
     return service.outcome("hybrid", 0.3).overhead_factor
+
+
+def test_recompute_and_swap_plan_on_hybrids_profile(service):
+    """One measurement prices FedHybrid's plans and the recompute-only plans of its
+    compression ablation (and Melon's, Capuchin's): the same plan gets the same factor,
+    and hybrid's is never above recompute's where both fit (the engine's cap)."""
+    assert service.profile("recompute") is service.profile("hybrid")
+    assert service.profile("swap") is service.profile("hybrid")
+    assert service.profile("compress") is not service.profile("hybrid")  # GACT's codecs
+    both = same = 0
+    for j in range(1, 10):
+        h, r = service.outcome("hybrid", j / 10), service.outcome("recompute", j / 10)
+        if not (h.feasible and r.feasible):
+            continue
+        both += 1
+        assert h.overhead_factor <= r.overhead_factor
+        if h.decisions == r.decisions:
+            same += 1
+            assert h.overhead_factor == r.overhead_factor
+    assert both >= 3 and same >= 1

@@ -65,8 +65,9 @@ from edgetrain.sim.clock import TRAIN_FLOPS_PER_FORWARD
 
 #: plan technique of the per-client methods -> the uniform baseline that stands for it
 UNIFORM_BASELINES = {"recompute": "melon", "swap": "capuchin", "compress": "gact"}
-#: the plan-model profile each baseline works on (its codecs)
-#: (swap and recompute profiles are the same codec-free profile, so Capuchin reuses Melon's)
+#: the plan-model profile each baseline works on (its codecs); recompute's and swap's are
+#: hybrid's (edgetrain.federated.plans.PROFILE_OF), so Melon and Capuchin are priced from
+#: the measurement FedHybrid's own plans come from
 _PROFILE_OF = {"melon": "recompute", "capuchin": "recompute", "gact": "compress"}
 #: micro-batch counts Melon may choose (divisors of the profiled batch are used)
 MICRO_BATCHES = (1, 2, 4, 8)

@@ -35,6 +35,16 @@ from edgetrain.errors import BudgetError, ConfigError
 from edgetrain.sim.clock import TRAIN_FLOPS_PER_FORWARD
 
 STRATEGIES = ("hybrid", "recompute", "compress", "swap")
+#: the profile each strategy plans on.  Recompute and swap use no codec, and hybrid's
+#: profile measures every op time, recomputation and I/O they are priced by (its codec
+#: costs are extra entries they never read), so they plan on it: FedHybrid's plans, its
+#: compression ablation's (recompute-only) plans and Melon's and Capuchin's are priced from
+#: one measurement, and the engine's cap (hybrid never predicted above recompute at a
+#: budget) holds between the outcomes too.  Round 41: with a profile each, 12-15 % apart on
+#: the same recompute-only plan (MobileNetV2 at 0.25-0.30 of M_G), Fig. 17's ablation
+#: compared two measurements of one plan (docs/results/federated.md, "Round 41").
+#: Compress (GACT: int8 / int4 codecs) keeps a profile of its own.
+PROFILE_OF = {"hybrid": "hybrid", "recompute": "hybrid", "swap": "hybrid", "compress": "compress"}
 # FedHybrid §5.4 / Fig. 20(c): a client generating its own execution plan on the device is
 # 9x slower than the server's generation (ablation "without the graph optimizer").
 ON_DEVICE_PLAN_SLOWDOWN = 9.0
@@ -126,8 +136,11 @@ class PlanService:
 
     # -- profiling and planning -----------------------------------------------------------
     def profile(self, strategy: str) -> ModelProfile:
+        """The plan model's profile ``strategy`` plans on (:data:`PROFILE_OF`), measured
+        once per service."""
         if strategy not in STRATEGIES:
             raise ConfigError(f"plan strategy {strategy!r}; expected one of {STRATEGIES}")
+        strategy = PROFILE_OF[strategy]
         if strategy not in self._profiles:
             t0 = time.perf_counter()
             y = self.targets
