@@ -64,7 +64,7 @@ import numpy as np
 from edgetrain.config import parse_config
 from edgetrain.federated import FederatedConfig, FederatedServer, build_environment, compare
 from edgetrain.federated.methods import COMPARE_METHODS
-from edgetrain.federated.plans import ON_DEVICE_PLAN_SLOWDOWN
+from edgetrain.federated.plans import ON_DEVICE_PLAN_SLOWDOWN, profiles_path
 from edgetrain.federated.selectors.fedhybrid import UTIL_FORMS
 from edgetrain.federated.server import held_split
 
@@ -767,7 +767,11 @@ def main(argv: list[str] | None = None) -> int:
         "benchmarks/plans/ where there is one, else a fresh profile), 'fresh' (profile and "
         "plan in this process, as before round 37), or a file written by --save-plans",
     )  # fmt: skip
-    ap.add_argument("--save-plans", default=None, help="write the planner results to this file")
+    ap.add_argument(
+        "--save-plans", default=None,
+        help="write the planner results to this file, and the profiles they were planned "
+        "from beside it (X.profiles.json, read back with the file by --plans)",
+    )  # fmt: skip
     ap.add_argument(
         "--low-memory-classes", type=int, default=0,
         help="K classes whose samples only the phones below M_G's physical memory hold "
@@ -820,6 +824,7 @@ def main(argv: list[str] | None = None) -> int:
     }  # fmt: skip
     t0 = time.perf_counter()
     saved: dict[tuple[str, float], dict] = {}  # planner results of every aggregator's runs
+    service = None  # the plan service of the last aggregator's runs
     for agg in [] if args.scale_only else args.aggregators.split(","):
         cfg = task_config(
             args.quick, agg, args.seed, args.rounds, args.m_g, semantics,
@@ -857,11 +862,14 @@ def main(argv: list[str] | None = None) -> int:
             out["ablations"][agg] = abl
             out["curves"][agg].update(curves(abl_recs))
         if env.plan_service is not None:
-            for r in env.plan_service.to_json():
+            service = env.plan_service
+            for r in service.to_json():
                 saved[(r["strategy"], r["fraction"])] = r
     if args.save_plans:
         with open(args.save_plans, "w") as fh:
             json.dump([saved[k] for k in sorted(saved)], fh, indent=1)
+        if service is not None:  # the measurement behind them, for the plans made later
+            service.save_profiles(profiles_path(args.save_plans))
     if not args.no_scale:
         out["scale"] = scale_figure(args.quick)
     out["wall_s"] = time.perf_counter() - t0

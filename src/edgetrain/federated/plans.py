@@ -30,6 +30,12 @@ import torch
 from torch import nn
 
 from edgetrain.engine.budget import ExecutionPlan, ModelProfile, plan, profile_model
+from edgetrain.engine.budget.profile_io import (
+    fingerprint,
+    fingerprint_diff,
+    profile_from_json,
+    profile_to_json,
+)
 from edgetrain.engine.budget.runner import codecs_for
 from edgetrain.errors import BudgetError, ConfigError
 from edgetrain.sim.clock import TRAIN_FLOPS_PER_FORWARD
@@ -50,6 +56,17 @@ PROFILE_OF = {"hybrid": "hybrid", "recompute": "hybrid", "swap": "hybrid", "comp
 ON_DEVICE_PLAN_SLOWDOWN = 9.0
 # resolution of a client's exact budget when it plans for itself (no bucket): 0.1% of M_G
 EXACT_RESOLUTION = 1e-3
+PROFILES_FORMAT = "edgetrain-plan-profiles"
+#: the fingerprint fields a kept profile must match (what was measured); the machine's
+#: (cpu, threads, torch) and the seed may differ: a kept measurement is meant to serve
+#: every seed and machine, as the kept plan results made from it do
+PROFILE_MATCH = ("model", "structure", "inputs", "codecs")
+
+
+def profiles_path(plans_path: str | Path) -> Path:
+    """Where the profiles behind a plans file are kept: ``X.json`` -> ``X.profiles.json``."""
+    p = Path(plans_path)
+    return p.with_name(p.name.removesuffix(".json") + ".profiles.json")
 
 
 @dataclass(frozen=True)
@@ -242,6 +259,9 @@ class PlanService:
         second run, in any process, use the same plans and so reproduce its metrics. Only
         results missing from the file are planned (and profiled) anew. Returns the number of
         results loaded; a missing, corrupt or foreign file is a :class:`ConfigError`.
+        The profiles beside it (``X.profiles.json``, :func:`profiles_path`), when there are,
+        are loaded too (:meth:`load_profiles`), so the plans made anew come from the same
+        measurement as those loaded.
         """
         p = Path(path)
         accepted = "a run directory's plans.json (a JSON list of planner results)"
@@ -281,7 +301,86 @@ class PlanService:
         except (TypeError, ValueError) as e:
             self.table = before  # all or nothing
             raise ConfigError(f"memory.plans: a row of {str(p)!r} has a bad value ({e})") from e
+        if profiles_path(p).is_file():  # the measurement the results came from
+            try:
+                self.load_profiles(profiles_path(p))
+            except ConfigError:
+                self.table = before
+                raise
         return len(rows)
+
+    def _fingerprint(self, key: str) -> dict[str, Any]:
+        return fingerprint(
+            self.model, [self.inputs], name=self.model_key, seed=0,
+            codecs=list(codecs_for(key)),
+        )  # fmt: skip
+
+    def save_profiles(self, path: str | Path) -> int:
+        """Write the profiles this service planned from (JSON, no pickle; atomically), so a
+        later process that loads them (:meth:`load_profiles`) makes any plan the kept
+        results lack from the same measurement.  Returns how many were written."""
+        body = {
+            "format": PROFILES_FORMAT,
+            "model": self.model_key,
+            "profiles": {
+                key: profile_to_json(prof, self._fingerprint(key))
+                for key, prof in sorted(self._profiles.items())
+            },
+        }
+        path = Path(path)
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.write_text(json.dumps(body, allow_nan=False))
+        tmp.replace(path)
+        return len(self._profiles)
+
+    def load_profiles(self, path: str | Path) -> int:
+        """Plan from profiles :meth:`save_profiles` wrote instead of measuring anew.
+
+        Plan results are only as comparable as the measurements they come from: FedHybrid's
+        kept plans, a plan a client makes for its exact budget (Fig. 17's ablation without
+        the server-side optimizer) and a fleet-wide baseline's plan for another seed are
+        priced alike only when they share one profile.  A profile of another model, batch
+        shape or codec set is a :class:`ConfigError`; another machine, torch or seed is
+        accepted (:data:`PROFILE_MATCH`).  All or nothing; returns how many were loaded."""
+        p = Path(path)
+        accepted = f'a JSON object with "format": "{PROFILES_FORMAT}" (save_profiles)'
+        try:
+            body = json.loads(p.read_text())
+        except OSError as e:
+            raise ConfigError(f"plan profiles {str(p)!r}: cannot read ({e})") from e
+        except (UnicodeDecodeError, json.JSONDecodeError) as e:
+            raise ConfigError(
+                f"plan profiles {str(p)!r} is not JSON ({e}); expected {accepted}"
+            ) from e
+        if not isinstance(body, dict) or body.get("format") != PROFILES_FORMAT:
+            raise ConfigError(f"plan profiles {str(p)!r}: expected {accepted}")
+        if body.get("model") != self.model_key:
+            raise ConfigError(
+                f"plan profiles {str(p)!r} were measured for model {body.get('model')!r}; "
+                f"this run plans {self.model_key!r}"
+            )
+        found = body.get("profiles")
+        if not isinstance(found, dict) or not set(found) <= set(PROFILE_OF.values()):
+            raise ConfigError(
+                f"plan profiles {str(p)!r}: expected a 'profiles' object keyed by "
+                f"{sorted(set(PROFILE_OF.values()))}"
+            )
+        loaded: dict[str, ModelProfile] = {}
+        for key, obj in found.items():
+            prof, fp = profile_from_json(obj, where=f"plan profiles {str(p)!r}, {key!r}")
+            want = self._fingerprint(key)
+            diff = [k for k in fingerprint_diff(fp, want) if k in PROFILE_MATCH]
+            if diff:
+                parts = "; ".join(
+                    f"{k}: file {fp.get(k)!r}, this run {want.get(k)!r}" for k in diff
+                )
+                raise ConfigError(
+                    f"plan profiles {str(p)!r}: the {key!r} profile was measured for another "
+                    f"setting ({parts}); remove the file to profile afresh"
+                )
+            loaded[key] = prof
+        self._profiles.update(loaded)
+        return len(loaded)
 
     def load_json(self, rows: list[dict[str, Any]]) -> None:
         for r in rows:
