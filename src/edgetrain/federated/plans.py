@@ -9,9 +9,11 @@ the plan fits every member) and caches plans keyed by
 ``M_i / M_G`` of the model's unplanned training memory and floored to a bucket of width
 ``bucket`` (0.05 by default: a plan never assumes more memory than the client has).
 
-The model is profiled once per strategy (:func:`edgetrain.engine.budget.profile_model`
-on this CPU); a plan for fraction ``f`` is :func:`edgetrain.engine.budget.plan` with
-``f x`` the profiled unplanned saved-activation peak. Its time overhead factor,
+The model is profiled once per codec set (:func:`edgetrain.engine.budget.profile_model`
+on this CPU; recompute and swap plan on hybrid's profile, :data:`PROFILE_OF`), or its
+profiles are read from beside a kept plans file (:meth:`PlanService.load_file`); a plan for
+fraction ``f`` is :func:`edgetrain.engine.budget.plan` with ``f x`` the profiled unplanned
+saved-activation peak. Its time overhead factor,
 ``1 + predicted_overhead_s / (3 x forward time)``, is what enters the simulated clock.
 """
 
