@@ -44,18 +44,22 @@ def test_pinned_plans_cover_every_fedhybrid_bucket(tta, task):
     compression ablation and the baselines plan nothing afresh in any seed's run."""
     import torch
 
-    from edgetrain.federated.plans import PlanService
+    from edgetrain import models
+    from edgetrain.federated.plans import PlanService, profiles_path
 
     path = tta.plans_file("pinned", task, False)
     assert path is not None, task
     cfg = tta.task_config(False, "fedprox", 0, plans=path, task=task)
     mc = cfg.memory
-    service = PlanService(
-        torch.nn.Linear(2, 2), torch.zeros(1, 2), torch.zeros(1, dtype=torch.long),
-        mc.plan_model.name, bucket=mc.bucket,
-    )  # fmt: skip
+    # the plan model and batch shape the kept profiles were measured on (built, not profiled)
+    model = models.build(mc.plan_model.name, seed=0, **mc.plan_model.options)
+    x = models.example_input(model, mc.plan_batch, torch.Generator().manual_seed(0))
+    y = torch.zeros(mc.plan_batch, dtype=torch.long)
+    service = PlanService(model, x, y, mc.plan_model.name, bucket=mc.bucket)
     rows = json.loads(Path(path).read_text())
     assert service.load_file(mc.plans) == len(rows)
+    if profiles_path(path).is_file():  # round 41 on: the measurement behind the rows
+        assert set(service._profiles) == {"hybrid", "compress"}
     assert {r["model"] for r in rows} == {mc.plan_model.name}
     n = int(round(1.0 / mc.bucket))
     for strategy in ("hybrid", "recompute"):
