@@ -17,7 +17,12 @@ each method's test accuracy on the classes only low-memory phones hold.
     python benchmarks/fedhybrid_seeds.py held_s*.json --json   # one JSON object
 
 Runs made without ``--no-ablations`` also get the Fig. 17 table: each ablation's time to
-target and seconds per round over FedHybrid's, median over the seeds.
+target, seconds per round and simulated time over equal rounds over FedHybrid's, median over
+the seeds. Runs with Table 4's baselines (``oort+recompute``, ``oort+swap``,
+``oort+compress``) get FedHybrid's lead over the fastest of them. ``--window A-B`` (repeatable)
+adds FedHybrid − Oort in points over rounds A..B, e.g. the same rounds of a longer run:
+
+    python benchmarks/fedhybrid_seeds.py h_s*.json --window 71-80 --window 191-200
 """
 
 from __future__ import annotations
@@ -45,7 +50,37 @@ def last_mean_points(run: dict, agg: str, method: str, ref: str) -> float | None
     return 100 * (mean(a) - mean(b))
 
 
-def seed_row(run: dict, agg: str = "fedprox", method: str = "fedhybrid") -> dict:
+#: Table 4's baselines: Oort + Melon / Capuchin / GACT
+TABLE4 = ("oort+recompute", "oort+swap", "oort+compress")
+
+
+def window_points(run: dict, agg: str, method: str, ref: str, lo: int, hi: int) -> float | None:
+    """``method`` − ``ref`` in points, mean accuracy over rounds ``lo``..``hi`` (1-based,
+    inclusive) from the JSON's curves; None where either run stopped before round ``hi``."""
+    curves = run.get("curves", {}).get(agg, {})
+    a, b = curves.get(method), curves.get(ref)
+    if not a or not b or min(len(a), len(b)) < hi:
+        return None
+    return 100 * (statistics.fmean(x for _, x in a[lo - 1 : hi])
+                  - statistics.fmean(x for _, x in b[lo - 1 : hi]))  # fmt: skip
+
+
+def parse_window(text: str) -> tuple[int, int]:
+    """``"71-80"`` -> (71, 80); anything else is one clear error."""
+    lo, sep, hi = text.partition("-")
+    if not (sep and lo.isdigit() and hi.isdigit() and 1 <= int(lo) <= int(hi)):
+        raise argparse.ArgumentTypeError(
+            f"--window {text!r}: expected FIRST-LAST rounds, 1-based, e.g. 71-80"
+        )
+    return int(lo), int(hi)
+
+
+def seed_row(
+    run: dict,
+    agg: str = "fedprox",
+    method: str = "fedhybrid",
+    windows: tuple[tuple[int, int], ...] = (),
+) -> dict:
     """One seed's figures from one fedhybrid_tta.py JSON object (None where not run).
 
     ``method`` is the method compared with Random and Oort (FedHybrid by default; e.g.
@@ -78,6 +113,18 @@ def seed_row(run: dict, agg: str = "fedprox", method: str = "fedhybrid") -> dict
     if method != "fedhybrid" or orc is None:
         out["last_points"] = last_mean_points(run, agg, method, "oort")
         out["vs_oracle_last_points"] = last_mean_points(run, agg, method, "oort-oracle")
+    base = [rows[m] for m in TABLE4 if m in rows]
+    if fh and base:
+        # the fastest baseline's time to target over FedHybrid's; None where none of them
+        # reached it (``table4_missed``: counted as ahead where FedHybrid did)
+        times = [r["time_to_target_s"] for r in base if r.get("time_to_target_s")]
+        tf = fh["time_to_target_s"]
+        out["table4_vs_fastest"] = (min(times) / tf) if (times and tf) else None
+        out["table4_missed"] = not times
+    for lo, hi in windows:
+        out.setdefault("window_points", {})[f"{lo}-{hi}"] = window_points(
+            run, agg, method, "oort", lo, hi
+        )
     held = run.get("held", {}).get(agg)
     if held is not None:
         out["held_classes"] = held["classes"]
@@ -91,11 +138,17 @@ def median(values: list[float | None]) -> float | None:
     return statistics.median(xs) if xs else None
 
 
-def table(runs: list[dict], agg: str = "fedprox", method: str = "fedhybrid") -> dict:
+def table(
+    runs: list[dict],
+    agg: str = "fedprox",
+    method: str = "fedhybrid",
+    windows: tuple[tuple[int, int], ...] = (),
+) -> dict:
     """Per-seed rows and the median of every figure over the seeds."""
-    rows = [seed_row(r, agg, method) for r in runs]
+    rows = [seed_row(r, agg, method, windows) for r in runs]
     keys = ("fedhybrid_vs_random", "oort_vs_random", "fedhybrid_vs_oort", "final_points",
-            "last_points", "wall_final_points", "wall_last_points", "vs_oracle_last_points")  # fmt: skip
+            "last_points", "wall_final_points", "wall_last_points", "vs_oracle_last_points",
+            "table4_vs_fastest")  # fmt: skip
     med: dict = {k: median([r.get(k) for r in rows]) for k in keys}
     med["fedhybrid_5x_random"] = sum(1 for r in rows if (r.get("fedhybrid_vs_random") or 0) >= 5.0)
     # Oort never reached Random's best: no finite ratio (left out of the median, counted
@@ -109,6 +162,23 @@ def table(runs: list[dict], agg: str = "fedprox", method: str = "fedhybrid") -> 
     )
     med["final_5_points"] = sum(1 for r in rows if (r.get("final_points") or -1e9) >= 5.0 - 1e-9)
     med["last_5_points"] = sum(1 for r in rows if (r.get("last_points") or -1e9) >= 5.0 - 1e-9)
+    t4 = [r for r in rows if "table4_missed" in r]
+    if t4:
+        med["table4_seeds"] = len(t4)
+        med["table4_ahead"] = sum(
+            1
+            for r in t4
+            if (r["table4_vs_fastest"] or 0) > 1.0
+            or (r["table4_missed"] and r.get("fedhybrid_vs_random"))
+        )
+    for lo, hi in windows:
+        key = f"{lo}-{hi}"
+        vals = [r["window_points"][key] for r in rows]
+        med.setdefault("window_points", {})[key] = median(vals)
+        med.setdefault("window_5_points", {})[key] = sum(
+            1 for v in vals if v is not None and v >= 5.0 - 1e-9
+        )
+        med.setdefault("window_seeds", {})[key] = sum(1 for v in vals if v is not None)
     methods = sorted({m for r in rows for m in r.get("held_last", {})})
     if methods:
         med["held_last"] = {m: median([r["held_last"].get(m) for r in rows]) for m in methods}
@@ -119,12 +189,15 @@ def table(runs: list[dict], agg: str = "fedprox", method: str = "fedhybrid") -> 
 def ablation_table(runs: list[dict], agg: str = "fedprox") -> dict:
     """Fig. 17 over seeds: for each ablation in the files' ``ablations`` block, its simulated
     time to Random's best accuracy over its reference's (FedHybrid's; FedHybrid without the
-    selector's for the ``-noselector-*`` checks) and its simulated seconds per round over the
-    reference's, per seed and as the median. A variant that never reaches the target is
-    counted as slower and left out of the time median, as Oort is in ``table``."""
+    selector's for the ``-noselector-*`` checks), its simulated seconds per round over the
+    reference's, and its simulated time over equal rounds (each curve's time at the last round
+    both ran, from the JSON's curves) over the reference's, per seed and as the median. A
+    variant that never reaches the target is counted as slower and left out of the time
+    median, as Oort is in ``table``."""
     per: dict[str, list[dict]] = {}
     for run in runs:
         rows = {r["method"]: r for r in run.get("ablations", {}).get(agg, [])}
+        curves = run.get("curves", {}).get(agg, {})
         for name, r in rows.items():
             if name in ("random", "fedhybrid"):
                 continue
@@ -133,11 +206,14 @@ def ablation_table(runs: list[dict], agg: str = "fedprox") -> dict:
                 continue
             t, tr = r.get("time_to_target_s"), ref.get("time_to_target_s")
             spr = (r["sim_time_s"] / r["rounds"]) / (ref["sim_time_s"] / ref["rounds"])
+            ca, cr = curves.get(name), curves.get(ref["method"])
+            n = min(len(ca), len(cr)) if (ca and cr) else 0
             per.setdefault(name, []).append({
                 "seed": run.get("seed"),
                 "time_ratio": (t / tr) if (t and tr) else None,
                 "missed": not t,
                 "round_ratio": spr,
+                "equal_rounds_ratio": (ca[n - 1][0] / cr[n - 1][0]) if n else None,
             })  # fmt: skip
     out = {}
     for name, rows in per.items():
@@ -146,6 +222,8 @@ def ablation_table(runs: list[dict], agg: str = "fedprox") -> dict:
             "rows": rows,
             "time_ratio": median([r["time_ratio"] for r in rows]),
             "round_ratio": median([r["round_ratio"] for r in rows]),
+            "equal_rounds_ratio": median([r["equal_rounds_ratio"] for r in rows]),
+            "equal_rounds_slower": sum(1 for r in rows if (r["equal_rounds_ratio"] or 0) > 1.0),
             "slower": slower,
             "slower_5pct": sum(1 for r in rows if r["missed"] or (r["time_ratio"] or 0) > 1.05),
             "missed": sum(1 for r in rows if r["missed"]),
@@ -166,6 +244,10 @@ def main(argv: list[str] | None = None) -> int:
         "--method", default="fedhybrid",
         help="the method compared with Random and Oort (default fedhybrid; the files must "
         "have run it)",
+    )  # fmt: skip
+    ap.add_argument(
+        "--window", action="append", type=parse_window, default=[], metavar="FIRST-LAST",
+        help="also FedHybrid - Oort in points over rounds FIRST..LAST (1-based; repeatable)",
     )  # fmt: skip
     ap.add_argument("--json", action="store_true", help="print one JSON object only")
     args = ap.parse_args(argv)
@@ -192,7 +274,8 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         run.setdefault("seed", _seed_of(f))
         runs.append(run)
-    out = table(runs, args.aggregator, args.method)
+    windows = tuple(args.window)
+    out = table(runs, args.aggregator, args.method, windows)
     abl = ablation_table(runs, args.aggregator)
     if abl:
         out["ablations"] = abl
@@ -217,6 +300,18 @@ def main(argv: list[str] | None = None) -> int:
           f"{m['fedhybrid_2x_oort']} (Oort never reached the target on {m['oort_missed']}; "
           f"the median leaves those out); final >= Oort + 5 points on {m['final_5_points']}, "
           f"last-eighth mean on {m['last_5_points']}")  # fmt: skip
+    if "table4_seeds" in m:
+        print(f"Table 4: the fastest of Oort + Melon / Capuchin / GACT over {args.method} "
+              f"(time to target): {_f(m['table4_vs_fastest'], '.2f')}x in the median, ahead on "
+              f"{m['table4_ahead']} of {m['table4_seeds']} (per seed: "
+              + " / ".join("-" if r.get("table4_vs_fastest") is None else f"{r['table4_vs_fastest']:.2f}"
+                           for r in out["rows"] if "table4_missed" in r) + ")")  # fmt: skip
+    for lo, hi in windows:
+        key = f"{lo}-{hi}"
+        print(f"rounds {key}: {args.method} - Oort {_f(m['window_points'][key], '+.1f')} points in "
+              f"the median of {m['window_seeds'][key]} seeds (>= +5 on {m['window_5_points'][key]}; "
+              "per seed: " + " / ".join(_f(r["window_points"][key], "+.1f") for r in out["rows"])
+              + ")")  # fmt: skip
     if "held_last" in m:
         print("test accuracy on the classes only low-memory phones hold / on the others "
               "(mean of the last eighth of the rounds, median over seeds)")  # fmt: skip
@@ -224,13 +319,16 @@ def main(argv: list[str] | None = None) -> int:
             print(f"  {meth:<18}{_f(100 * v if v is not None else None, '.1f'):>6}%"
                   f"{_f(100 * m['other_last'][meth] if m['other_last'][meth] is not None else None, '.1f'):>7}%")  # fmt: skip
     if abl:
-        print("Fig. 17 ablations: time to target / simulated s per round over the reference's "
-              "(FedHybrid's; without the selector's for -noselector-*), median over seeds; "
-              "slower: on how many seeds (> 1.00x, > 1.05x; never reaching the target counts)")  # fmt: skip
+        print("Fig. 17 ablations: time to target / simulated s per round / simulated time over "
+              "equal rounds, each over the reference's (FedHybrid's; without the selector's for "
+              "-noselector-*), median over seeds; slower: on how many seeds to the target "
+              "(> 1.00x, > 1.05x; never reaching it counts), and over equal rounds")  # fmt: skip
         for name, a in abl.items():
             print(f"  {name:<36}{_f(a['time_ratio'], '.2f'):>6}x{_f(a['round_ratio'], '.2f'):>6}x"
+                  f"{_f(a['equal_rounds_ratio'], '.2f'):>6}x"
                   f"  slower on {a['slower']} / {a['slower_5pct']} of {a['seeds']}"
-                  + (f" ({a['missed']} never reached it)" if a["missed"] else ""))  # fmt: skip
+                  + (f" ({a['missed']} never reached it)" if a["missed"] else "")
+                  + f"; over equal rounds on {a['equal_rounds_slower']}")  # fmt: skip
     return 0
 
 

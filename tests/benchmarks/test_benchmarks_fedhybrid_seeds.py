@@ -132,3 +132,79 @@ def test_fig17_ablations_are_summarised_over_seeds(tmp_path, capsys):
     assert opt["slower"] == 3 and a["fedhybrid-noselector"]["time_ratio"] == pytest.approx(2.0)
     assert mod.main(files) == 0
     assert "fedhybrid-nopredictor" in capsys.readouterr().out
+
+
+def test_table4_lead_and_windows_over_seeds(tmp_path, capsys):
+    """Table 4: the fastest of Oort + Melon / Capuchin / GACT over FedHybrid's time to
+    target (a seed where none of them reaches it is counted as ahead and left out of the
+    median); ``--window A-B``: FedHybrid - Oort over rounds A..B from the curves, None
+    where a run stopped before B."""
+    mod = load_benchmark("fedhybrid_seeds")
+    files = []
+    for seed, (t4, n) in enumerate([((30.0, 20.0, None), 12), ((None, None, None), 12),
+                                    ((5.0, 40.0, 50.0), 8)]):  # fmt: skip
+        run = _run(seed, 0.80, 0.70, 0.72, 10.0, 50.0)
+        for name, t in zip(mod.TABLE4, t4, strict=True):
+            run["tables"]["fedprox"].append(
+                {"method": name, "speedup_vs_random": None if t is None else 100.0 / t,
+                 "final_accuracy": 0.7, "time_to_target_s": t}
+            )  # fmt: skip
+        # FedHybrid 0.5 then 0.9 from round 9; Oort 0.6 throughout
+        run["curves"] = {"fedprox": {
+            "fedhybrid": [[float(i), 0.5 if i < 8 else 0.9] for i in range(n)],
+            "oort": [[float(i), 0.6] for i in range(n)],
+        }}  # fmt: skip
+        p = tmp_path / f"t_s{seed}.json"
+        p.write_text(json.dumps(run))
+        files.append(str(p))
+    args = [*files, "--window", "1-4", "--window", "9-12"]
+    assert mod.main([*args, "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    rows, med = out["rows"], out["median"]
+    assert [r["table4_vs_fastest"] for r in rows] == [pytest.approx(2.0), None, pytest.approx(0.5)]
+    assert med["table4_vs_fastest"] == pytest.approx(1.25)  # 2.0 and 0.5
+    # ahead on seed 0, and on seed 1 (none of them got there)
+    assert (med["table4_ahead"], med["table4_seeds"]) == (2, 3)
+    assert [r["window_points"]["1-4"] for r in rows] == [pytest.approx(-10.0)] * 3
+    assert [r["window_points"]["9-12"] for r in rows][:2] == [pytest.approx(30.0)] * 2
+    assert rows[2]["window_points"]["9-12"] is None  # seed 2 stopped at round 8
+    assert med["window_points"]["9-12"] == pytest.approx(30.0)
+    assert (med["window_5_points"]["9-12"], med["window_seeds"]["9-12"]) == (2, 2)
+    assert mod.main(args) == 0
+    text = capsys.readouterr().out
+    assert "ahead on 2 of 3 (per seed: 2.00 / - / 0.50)" in text
+    assert "rounds 9-12: fedhybrid - Oort +30.0 points in the median of 2 seeds" in text
+
+
+@pytest.mark.parametrize("bad", ["80", "80-71", "0-5", "a-b", "-3"])
+def test_a_malformed_window_is_one_clear_error(bad, tmp_path, capsys):
+    mod = load_benchmark("fedhybrid_seeds")
+    p = tmp_path / "w_s0.json"
+    p.write_text(json.dumps(_run(0, 0.8, 0.7, 0.72, 10.0, 50.0)))
+    with pytest.raises(SystemExit) as e:
+        mod.main([str(p), "--window", bad])
+    assert e.value.code == 2
+    assert "expected FIRST-LAST rounds, 1-based, e.g. 71-80" in capsys.readouterr().err
+
+
+def test_fig17_over_equal_rounds_reads_the_curves(tmp_path, capsys):
+    """Simulated time over equal rounds: each curve's time at the last round both ran, over
+    the reference's (the ablation ran 6 rounds, FedHybrid 4: read at round 4)."""
+    mod = load_benchmark("fedhybrid_seeds")
+    run = _run(0, 0.80, 0.70, 0.72, 10.0, 50.0)
+    run["ablations"] = {"fedprox": [
+        {"method": "fedhybrid", "time_to_target_s": 100.0, "sim_time_s": 40.0, "rounds": 4},
+        {"method": "fedhybrid-nocompress", "time_to_target_s": 90.0, "sim_time_s": 90.0,
+         "rounds": 6},
+    ]}  # fmt: skip
+    run["curves"] = {"fedprox": {
+        "fedhybrid": [[10.0 * (i + 1), 0.5] for i in range(4)],
+        "fedhybrid-nocompress": [[12.0 * (i + 1), 0.5] for i in range(6)],
+    }}  # fmt: skip
+    p = tmp_path / "e_s0.json"
+    p.write_text(json.dumps(run))
+    assert mod.main([str(p), "--json"]) == 0
+    a = json.loads(capsys.readouterr().out)["ablations"]["fedhybrid-nocompress"]
+    assert a["equal_rounds_ratio"] == pytest.approx(48.0 / 40.0)
+    assert a["round_ratio"] == pytest.approx(1.5)  # 15 s against 10 s per round
+    assert a["time_ratio"] == pytest.approx(0.9) and a["equal_rounds_slower"] == 1
