@@ -116,7 +116,8 @@ def seed_row(
     base = [rows[m] for m in TABLE4 if m in rows]
     if fh and base:
         # the fastest baseline's time to target over FedHybrid's; None where none of them
-        # reached it (``table4_missed``: counted as ahead where FedHybrid did)
+        # reached it (``table4_missed``: counted as ahead where FedHybrid did) or FedHybrid
+        # did not (counted as behind); both stay out of the median
         times = [r["time_to_target_s"] for r in base if r.get("time_to_target_s")]
         tf = fh["time_to_target_s"]
         out["table4_vs_fastest"] = (min(times) / tf) if (times and tf) else None
