@@ -33,23 +33,6 @@ import statistics
 import sys
 from pathlib import Path
 
-
-def last_mean_points(run: dict, agg: str, method: str, ref: str) -> float | None:
-    """``method`` − ``ref`` in points, mean accuracy over the last eighth of the rounds both
-    ran (the rule of fedhybrid_tta.py's oracle block), from the JSON's curves."""
-    curves = run.get("curves", {}).get(agg, {})
-    a, b = curves.get(method), curves.get(ref)
-    if not a or not b:
-        return None
-    common = min(len(a), len(b))
-    last = max(1, common // 8)
-
-    def mean(c: list) -> float:
-        return statistics.fmean(acc for _, acc in c[common - last : common])
-
-    return 100 * (mean(a) - mean(b))
-
-
 #: Table 4's baselines: Oort + Melon / Capuchin / GACT
 TABLE4 = ("oort+recompute", "oort+swap", "oort+compress")
 
@@ -63,6 +46,17 @@ def window_points(run: dict, agg: str, method: str, ref: str, lo: int, hi: int) 
         return None
     return 100 * (statistics.fmean(x for _, x in a[lo - 1 : hi])
                   - statistics.fmean(x for _, x in b[lo - 1 : hi]))  # fmt: skip
+
+
+def last_mean_points(run: dict, agg: str, method: str, ref: str) -> float | None:
+    """``method`` − ``ref`` in points, mean accuracy over the last eighth of the rounds both
+    ran (the rule of fedhybrid_tta.py's oracle block), from the JSON's curves."""
+    curves = run.get("curves", {}).get(agg, {})
+    a, b = curves.get(method), curves.get(ref)
+    if not a or not b:
+        return None
+    common = min(len(a), len(b))
+    return window_points(run, agg, method, ref, common - max(1, common // 8) + 1, common)
 
 
 def parse_window(text: str) -> tuple[int, int]:
