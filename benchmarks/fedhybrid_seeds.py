@@ -4,7 +4,8 @@
 One run of fedhybrid_tta.py is one seed; this reads several of its JSON files (the same
 flags, one seed each) and prints per seed and as the median over seeds: FedHybrid's
 speedup over Random and over Oort (simulated time to Random's best accuracy), FedHybrid −
-Oort in points (final round, mean of the last eighth of the rounds), the memory wall
+Oort in points (final round, mean of the last eighth of the rounds, and at equal simulated
+time: the mean over the last eighth of the time both runs reached), the memory wall
 (Oort-Oracle − Oort) when the oracle ran, and, for runs with ``--low-memory-classes``,
 each method's test accuracy on the classes only low-memory phones hold.
 
@@ -59,6 +60,33 @@ def last_mean_points(run: dict, agg: str, method: str, ref: str) -> float | None
     return window_points(run, agg, method, ref, common - max(1, common // 8) + 1, common)
 
 
+def equal_time_points(run: dict, agg: str, method: str, ref: str) -> dict | None:
+    """``method`` − ``ref`` in points at equal simulated time, the x-axis of FedHybrid's
+    Fig. 15 (the goal table's "final accuracy" compares equal rounds instead).
+
+    T is the simulated time both runs reached (the shorter run's last round); each run's
+    accuracy is its mean over the rounds that end in the last eighth of that time,
+    [7T/8, T] (the rule of ``last_mean_points`` applied to time), or, for a run with no
+    round ending there, the accuracy it holds at T (its last round before it). Returns
+    the points, T and each run's rounds by T; None where either curve is missing."""
+    curves = run.get("curves", {}).get(agg, {})
+    a, b = curves.get(method), curves.get(ref)
+    if not a or not b:
+        return None
+    t_end = min(a[-1][0], b[-1][0])
+    lo = t_end * 7 / 8
+
+    def held(curve: list[list[float]]) -> tuple[float, int]:
+        done = [acc for t, acc in curve if t <= t_end]
+        inside = [acc for t, acc in curve if lo <= t <= t_end]
+        if inside:
+            return statistics.fmean(inside), len(done)
+        return (done[-1] if done else 0.0), len(done)
+
+    (am, nm), (ar, nr) = held(a), held(b)
+    return {"points": 100 * (am - ar), "time_s": t_end, "rounds": nm, "ref_rounds": nr}
+
+
 def parse_window(text: str) -> tuple[int, int]:
     """``"71-80"`` -> (71, 80); anything else is one clear error."""
     lo, sep, hi = text.partition("-")
@@ -106,6 +134,10 @@ def seed_row(
         out["vs_oracle_last_points"] = orc["last_mean"]["fedhybrid_vs_oracle_points"]
     if method != "fedhybrid" or orc is None:
         out["last_points"] = last_mean_points(run, agg, method, "oort")
+    eq = equal_time_points(run, agg, method, "oort")
+    if eq is not None:
+        out["equal_time_points"] = eq["points"]
+        out["equal_time"] = eq
         out["vs_oracle_last_points"] = last_mean_points(run, agg, method, "oort-oracle")
     base = [rows[m] for m in TABLE4 if m in rows]
     if fh and base:
@@ -143,7 +175,7 @@ def table(
     rows = [seed_row(r, agg, method, windows) for r in runs]
     keys = ("fedhybrid_vs_random", "oort_vs_random", "fedhybrid_vs_oort", "final_points",
             "last_points", "wall_final_points", "wall_last_points", "vs_oracle_last_points",
-            "table4_vs_fastest")  # fmt: skip
+            "table4_vs_fastest", "equal_time_points")  # fmt: skip
     med: dict = {k: median([r.get(k) for r in rows]) for k in keys}
     med["fedhybrid_5x_random"] = sum(1 for r in rows if (r.get("fedhybrid_vs_random") or 0) >= 5.0)
     # Oort never reached Random's best: no finite ratio (left out of the median, counted
@@ -157,6 +189,9 @@ def table(
     )
     med["final_5_points"] = sum(1 for r in rows if (r.get("final_points") or -1e9) >= 5.0 - 1e-9)
     med["last_5_points"] = sum(1 for r in rows if (r.get("last_points") or -1e9) >= 5.0 - 1e-9)
+    med["equal_time_5_points"] = sum(
+        1 for r in rows if (r.get("equal_time_points") or -1e9) >= 5.0 - 1e-9
+    )
     t4 = [r for r in rows if "table4_missed" in r]
     if t4:
         med["table4_seeds"] = len(t4)
@@ -301,6 +336,14 @@ def main(argv: list[str] | None = None) -> int:
               f"{m['table4_ahead']} of {m['table4_seeds']} (per seed: "
               + " / ".join("-" if r.get("table4_vs_fastest") is None else f"{r['table4_vs_fastest']:.2f}"
                            for r in out["rows"] if "table4_missed" in r) + ")")  # fmt: skip
+    if m["equal_time_points"] is not None:
+        print(f"at equal simulated time (Fig. 15's axis; the last eighth of the time both ran): "
+              f"{args.method} - Oort {_f(m['equal_time_points'], '+.1f')} points in the median "
+              f"(>= +5 on {m['equal_time_5_points']} of {n}; per seed: "
+              + " / ".join(_f(r.get("equal_time_points"), "+.1f") for r in out["rows"])
+              + "; rounds by then, per seed: "
+              + " / ".join(f"{r['equal_time']['rounds']}:{r['equal_time']['ref_rounds']}"
+                           for r in out["rows"] if "equal_time" in r) + ")")  # fmt: skip
     for lo, hi in windows:
         key = f"{lo}-{hi}"
         print(f"rounds {key}: {args.method} - Oort {_f(m['window_points'][key], '+.1f')} points in "

@@ -208,3 +208,38 @@ def test_fig17_over_equal_rounds_reads_the_curves(tmp_path, capsys):
     assert a["equal_rounds_ratio"] == pytest.approx(48.0 / 40.0)
     assert a["round_ratio"] == pytest.approx(1.5)  # 15 s against 10 s per round
     assert a["time_ratio"] == pytest.approx(0.9) and a["equal_rounds_slower"] == 1
+
+
+def test_equal_simulated_time_reads_the_last_eighth_of_the_common_time(tmp_path, capsys):
+    """Fig. 15's axis: both runs read over the last eighth of the time both reached (here
+    FedHybrid's 16 s: [14, 16]); a run with no round ending there counts the accuracy it
+    holds at 16 s (seed 1's Oort: its round ending at 9 s)."""
+    mod = load_benchmark("fedhybrid_seeds")
+    files = []
+    for seed, oort in enumerate([
+        [[4.0 * (i + 1), 0.6 if i == 3 else 0.5] for i in range(8)],  # rounds end 4, 8, ..., 32 s
+        [[9.0 * (i + 1), 0.55] for i in range(4)],  # 9, 18, 27, 36 s
+    ]):  # fmt: skip
+        run = _run(seed, 0.80, 0.70, 0.72, 10.0, 50.0)
+        run["curves"] = {"fedprox": {
+            "fedhybrid": [[float(i + 1), 0.9 if i >= 11 else 0.2] for i in range(16)],
+            "oort": oort,
+        }}  # fmt: skip
+        p = tmp_path / f"q_s{seed}.json"
+        p.write_text(json.dumps(run))
+        files.append(str(p))
+    assert mod.main([*files, "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    rows = out["rows"]
+    # seed 0: FedHybrid's 14, 15, 16 s rounds at 0.9, Oort's 16 s round at 0.6
+    assert rows[0]["equal_time_points"] == pytest.approx(30.0)
+    assert rows[0]["equal_time"] == {"points": pytest.approx(30.0), "time_s": 16.0,
+                                     "rounds": 16, "ref_rounds": 4}  # fmt: skip
+    assert rows[1]["equal_time_points"] == pytest.approx(35.0)  # 0.55 held since 9 s
+    assert rows[1]["equal_time"]["ref_rounds"] == 1
+    assert out["median"]["equal_time_points"] == pytest.approx(32.5)
+    assert out["median"]["equal_time_5_points"] == 2
+    assert mod.main(files) == 0
+    text = capsys.readouterr().out
+    assert "fedhybrid - Oort +32.5 points in the median (>= +5 on 2 of 2" in text
+    assert "rounds by then, per seed: 16:4 / 16:1)" in text
