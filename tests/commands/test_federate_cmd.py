@@ -164,3 +164,27 @@ def test_every_federated_example_config_is_valid():
     fig17 = load_config(root / "federated-mnist-fig17.yaml", schema=FederatedConfig)
     assert fig17.federated.overcommit == 1.0 and fig17.partition.low_memory_classes in (None, 0)
     assert fig17.federated.method == "fedhybrid" and fig17.federated.local_steps == 5
+
+
+def test_the_lowmem_wait_example_is_the_benchmarks_held_setting(monkeypatch):
+    """examples/federated-mnist-lowmem-wait.yaml is fedhybrid_tta.py's MNIST task with
+    ``--low-memory-classes 2 --overcommit 1.0`` on the kept plans, field for field, so the
+    command reproduces the benchmark's rows (round 43's figures quoted in its header)."""
+    from pathlib import Path
+
+    from bench_loader import load_benchmark
+    from edgetrain.config import load_config
+    from edgetrain.federated import FederatedConfig
+
+    root = Path(__file__).resolve().parents[2]
+    monkeypatch.chdir(root)  # the example names its plans file from the repository root
+    ex = load_config(root / "examples/federated-mnist-lowmem-wait.yaml", schema=FederatedConfig)
+    tta = load_benchmark("fedhybrid_tta")
+    bench = tta.task_config(
+        False, "fedprox", 0, semantics={"overcommit": 1.0, "method": "fedhybrid"},
+        plans=tta.plans_file("pinned", "mnist", False), low_memory_classes=2,
+    )  # fmt: skip
+    a, b = ex.model_dump(), bench.model_dump()
+    assert Path(a["memory"].pop("plans")).resolve() == Path(b["memory"].pop("plans")).resolve()
+    a.pop("name"), b.pop("name")
+    assert a == b
