@@ -166,10 +166,11 @@ def test_every_federated_example_config_is_valid():
     assert fig17.federated.method == "fedhybrid" and fig17.federated.local_steps == 5
 
 
-def test_the_lowmem_wait_example_is_the_benchmarks_held_setting(monkeypatch):
-    """examples/federated-mnist-lowmem-wait.yaml is fedhybrid_tta.py's MNIST task with
-    ``--low-memory-classes 2 --overcommit 1.0`` on the kept plans, field for field, so the
-    command reproduces the benchmark's rows (round 43's figures quoted in its header)."""
+def test_the_overcommit_examples_are_the_benchmarks_settings(monkeypatch):
+    """examples/federated-mnist-lowmem-wait.yaml and federated-mnist-fig17.yaml are
+    fedhybrid_tta.py's MNIST task with ``--overcommit 1.0`` (the first with
+    ``--low-memory-classes 2``) on the kept plans, field for field, so the command
+    reproduces the benchmark's rows (round 43's figures quoted in their headers)."""
     from pathlib import Path
 
     from bench_loader import load_benchmark
@@ -178,13 +179,14 @@ def test_the_lowmem_wait_example_is_the_benchmarks_held_setting(monkeypatch):
 
     root = Path(__file__).resolve().parents[2]
     monkeypatch.chdir(root)  # the example names its plans file from the repository root
-    ex = load_config(root / "examples/federated-mnist-lowmem-wait.yaml", schema=FederatedConfig)
     tta = load_benchmark("fedhybrid_tta")
-    bench = tta.task_config(
-        False, "fedprox", 0, semantics={"overcommit": 1.0, "method": "fedhybrid"},
-        plans=tta.plans_file("pinned", "mnist", False), low_memory_classes=2,
-    )  # fmt: skip
-    a, b = ex.model_dump(), bench.model_dump()
-    assert Path(a["memory"].pop("plans")).resolve() == Path(b["memory"].pop("plans")).resolve()
-    a.pop("name"), b.pop("name")
-    assert a == b
+    for name, held in (("federated-mnist-lowmem-wait", 2), ("federated-mnist-fig17", 0)):
+        ex = load_config(root / f"examples/{name}.yaml", schema=FederatedConfig)
+        bench = tta.task_config(
+            False, "fedprox", 0, semantics={"overcommit": 1.0, "method": "fedhybrid"},
+            plans=tta.plans_file("pinned", "mnist", False), low_memory_classes=held,
+        )  # fmt: skip
+        a, b = ex.model_dump(), bench.model_dump()
+        assert Path(a["memory"].pop("plans")).resolve() == Path(b["memory"].pop("plans")).resolve()
+        a.pop("name"), b.pop("name")
+        assert a == b, name
