@@ -134,11 +134,11 @@ def seed_row(
         out["vs_oracle_last_points"] = orc["last_mean"]["fedhybrid_vs_oracle_points"]
     if method != "fedhybrid" or orc is None:
         out["last_points"] = last_mean_points(run, agg, method, "oort")
+        out["vs_oracle_last_points"] = last_mean_points(run, agg, method, "oort-oracle")
     eq = equal_time_points(run, agg, method, "oort")
     if eq is not None:
         out["equal_time_points"] = eq["points"]
         out["equal_time"] = eq
-        out["vs_oracle_last_points"] = last_mean_points(run, agg, method, "oort-oracle")
     base = [rows[m] for m in TABLE4 if m in rows]
     if fh and base:
         # the fastest baseline's time to target over FedHybrid's; None where none of them

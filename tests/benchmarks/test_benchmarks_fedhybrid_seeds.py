@@ -236,6 +236,8 @@ def test_equal_simulated_time_reads_the_last_eighth_of_the_common_time(tmp_path,
     assert rows[0]["equal_time"] == {"points": pytest.approx(30.0), "time_s": 16.0,
                                      "rounds": 16, "ref_rounds": 4}  # fmt: skip
     assert rows[1]["equal_time_points"] == pytest.approx(35.0)  # 0.55 held since 9 s
+    # the oracle block's readings stay the oracle block's where the curves are read too
+    assert [r["vs_oracle_last_points"] for r in rows] == [0.0, 0.0]
     assert rows[1]["equal_time"]["ref_rounds"] == 1
     assert out["median"]["equal_time_points"] == pytest.approx(32.5)
     assert out["median"]["equal_time_5_points"] == 2
