@@ -31,6 +31,16 @@ def _run(seed, fh, oort, oracle_final, fh_time, oort_time, held=None):
     return run
 
 
+def _write_runs(tmp_path, stem, runs):
+    """Each run as ``STEM_sI.json`` (I = its place, the seed the file name gives); the paths."""
+    files = []
+    for i, run in enumerate(runs):
+        p = tmp_path / f"{stem}_s{i}.json"
+        p.write_text(json.dumps(run))
+        files.append(str(p))
+    return files
+
+
 def test_the_seed_table_is_the_median_of_the_per_seed_figures(tmp_path, capsys):
     mod = load_benchmark("fedhybrid_seeds")
     h = lambda a, b: {"final_held": a, "final_other": b, "last_held": a, "last_other": b}  # noqa: E731
@@ -39,11 +49,7 @@ def test_the_seed_table_is_the_median_of_the_per_seed_figures(tmp_path, capsys):
         _run(1, 0.75, 0.74, 0.74, 20.0, None, {"fedhybrid": h(0.2, 0.7), "oort": h(0.0, 0.9)}),
         _run(2, 0.78, 0.70, 0.70, 25.0, 30.0, {"fedhybrid": h(0.3, 0.6), "oort": h(0.1, 0.7)}),
     ]
-    files = []
-    for r in runs:
-        p = tmp_path / f"x_s{r['seed']}.json"
-        p.write_text(json.dumps(r))
-        files.append(str(p))
+    files = _write_runs(tmp_path, "x", runs)
     assert mod.main([*files, "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     med = out["median"]
@@ -108,7 +114,7 @@ def test_fig17_ablations_are_summarised_over_seeds(tmp_path, capsys):
     def abl(name, t, sim, rounds=10):
         return {"method": name, "time_to_target_s": t, "sim_time_s": sim, "rounds": rounds}
 
-    files = []
+    runs = []
     for seed, (nopred, noopt) in enumerate([(120.0, 90.0), (None, 110.0), (100.0, 130.0)]):
         run = _run(seed, 0.80, 0.70, 0.72, 10.0, 50.0)
         run["ablations"] = {"fedprox": [
@@ -117,9 +123,8 @@ def test_fig17_ablations_are_summarised_over_seeds(tmp_path, capsys):
             abl("fedhybrid-noselector", 200.0, 400.0),
             abl("fedhybrid-noselector-nooptimizer", noopt * 4, 800.0, rounds=20),
         ]}  # fmt: skip
-        p = tmp_path / f"a_s{seed}.json"
-        p.write_text(json.dumps(run))
-        files.append(str(p))
+        runs.append(run)
+    files = _write_runs(tmp_path, "a", runs)
     assert mod.main([*files, "--json"]) == 0
     a = json.loads(capsys.readouterr().out)["ablations"]
     pred = a["fedhybrid-nopredictor"]
@@ -140,7 +145,7 @@ def test_table4_lead_and_windows_over_seeds(tmp_path, capsys):
     median); ``--window A-B``: FedHybrid - Oort over rounds A..B from the curves, None
     where a run stopped before B."""
     mod = load_benchmark("fedhybrid_seeds")
-    files = []
+    runs = []
     for seed, (t4, n) in enumerate([((30.0, 20.0, None), 12), ((None, None, None), 12),
                                     ((5.0, 40.0, 50.0), 8)]):  # fmt: skip
         run = _run(seed, 0.80, 0.70, 0.72, 10.0, 50.0)
@@ -154,9 +159,8 @@ def test_table4_lead_and_windows_over_seeds(tmp_path, capsys):
             "fedhybrid": [[float(i), 0.5 if i < 8 else 0.9] for i in range(n)],
             "oort": [[float(i), 0.6] for i in range(n)],
         }}  # fmt: skip
-        p = tmp_path / f"t_s{seed}.json"
-        p.write_text(json.dumps(run))
-        files.append(str(p))
+        runs.append(run)
+    files = _write_runs(tmp_path, "t", runs)
     args = [*files, "--window", "1-4", "--window", "9-12"]
     assert mod.main([*args, "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
@@ -215,7 +219,7 @@ def test_equal_simulated_time_reads_the_last_eighth_of_the_common_time(tmp_path,
     FedHybrid's 16 s: [14, 16]); a run with no round ending there counts the accuracy it
     holds at 16 s (seed 1's Oort: its round ending at 9 s)."""
     mod = load_benchmark("fedhybrid_seeds")
-    files = []
+    runs = []
     for seed, oort in enumerate([
         [[4.0 * (i + 1), 0.6 if i == 3 else 0.5] for i in range(8)],  # rounds end 4, 8, ..., 32 s
         [[9.0 * (i + 1), 0.55] for i in range(4)],  # 9, 18, 27, 36 s
@@ -225,9 +229,8 @@ def test_equal_simulated_time_reads_the_last_eighth_of_the_common_time(tmp_path,
             "fedhybrid": [[float(i + 1), 0.9 if i >= 11 else 0.2] for i in range(16)],
             "oort": oort,
         }}  # fmt: skip
-        p = tmp_path / f"q_s{seed}.json"
-        p.write_text(json.dumps(run))
-        files.append(str(p))
+        runs.append(run)
+    files = _write_runs(tmp_path, "q", runs)
     assert mod.main([*files, "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     rows = out["rows"]
