@@ -170,7 +170,9 @@ def test_the_overcommit_examples_are_the_benchmarks_settings(monkeypatch):
     """examples/federated-mnist-lowmem-wait.yaml and federated-mnist-fig17.yaml are
     fedhybrid_tta.py's MNIST task with ``--overcommit 1.0`` (the first with
     ``--low-memory-classes 2``) on the kept plans, field for field, so the command
-    reproduces the benchmark's rows (round 43's figures quoted in their headers)."""
+    reproduces the benchmark's rows (round 43's figures quoted in their headers);
+    federated-bbc-bert-wait.yaml is its BBC News / BERT task with ``--overcommit 1.0
+    --unplannable microbatch`` (round 45)."""
     from pathlib import Path
 
     from bench_loader import load_benchmark
@@ -190,3 +192,14 @@ def test_the_overcommit_examples_are_the_benchmarks_settings(monkeypatch):
         assert Path(a["memory"].pop("plans")).resolve() == Path(b["memory"].pop("plans")).resolve()
         a.pop("name"), b.pop("name")
         assert a == b, name
+    ex = load_config(root / "examples/federated-bbc-bert-wait.yaml", schema=FederatedConfig)
+    sem = {"overcommit": 1.0, "method": "fedhybrid", "unplannable": "microbatch"}
+    bench = tta.task_config(
+        False, "fedprox", 0, semantics=sem, task="bbc-bert",
+        plans=tta.plans_file("pinned", "bbc-bert", False),
+    )  # fmt: skip
+    a, b = ex.model_dump(), bench.model_dump()
+    assert Path(a["memory"].pop("plans")).resolve() == Path(b["memory"].pop("plans")).resolve()
+    a.pop("name"), b.pop("name")
+    assert a == b
+    assert ex.federated.unplannable == "microbatch" and ex.federated.overcommit == 1.0
