@@ -182,24 +182,20 @@ def test_the_overcommit_examples_are_the_benchmarks_settings(monkeypatch):
     root = Path(__file__).resolve().parents[2]
     monkeypatch.chdir(root)  # the example names its plans file from the repository root
     tta = load_benchmark("fedhybrid_tta")
-    for name, held in (("federated-mnist-lowmem-wait", 2), ("federated-mnist-fig17", 0)):
+    wait = {"overcommit": 1.0, "method": "fedhybrid"}
+    cases = (
+        ("federated-mnist-lowmem-wait", "mnist", 2, wait),
+        ("federated-mnist-fig17", "mnist", 0, wait),
+        ("federated-bbc-bert-wait", "bbc-bert", 0, {**wait, "unplannable": "microbatch"}),
+    )
+    for name, task, held, sem in cases:
         ex = load_config(root / f"examples/{name}.yaml", schema=FederatedConfig)
         bench = tta.task_config(
-            False, "fedprox", 0, semantics={"overcommit": 1.0, "method": "fedhybrid"},
-            plans=tta.plans_file("pinned", "mnist", False), low_memory_classes=held,
+            False, "fedprox", 0, semantics=sem, task=task,
+            plans=tta.plans_file("pinned", task, False), low_memory_classes=held,
         )  # fmt: skip
         a, b = ex.model_dump(), bench.model_dump()
         assert Path(a["memory"].pop("plans")).resolve() == Path(b["memory"].pop("plans")).resolve()
         a.pop("name"), b.pop("name")
         assert a == b, name
-    ex = load_config(root / "examples/federated-bbc-bert-wait.yaml", schema=FederatedConfig)
-    sem = {"overcommit": 1.0, "method": "fedhybrid", "unplannable": "microbatch"}
-    bench = tta.task_config(
-        False, "fedprox", 0, semantics=sem, task="bbc-bert",
-        plans=tta.plans_file("pinned", "bbc-bert", False),
-    )  # fmt: skip
-    a, b = ex.model_dump(), bench.model_dump()
-    assert Path(a["memory"].pop("plans")).resolve() == Path(b["memory"].pop("plans")).resolve()
-    a.pop("name"), b.pop("name")
-    assert a == b
     assert ex.federated.unplannable == "microbatch" and ex.federated.overcommit == 1.0
