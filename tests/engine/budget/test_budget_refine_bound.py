@@ -114,6 +114,11 @@ def test_no_decision_removes_more_than_its_bound_or_outside_its_lifetime(name, s
             assert first <= item.step
 
 
+# The MobileNetV2's unbounded search costs 4-26 s a start (all six walks at four budgets: ~290 s
+# of the suite); its first walk at each budget keeps every budget's check at ~27 s.
+STARTS = {"mobilenetv2": 1}
+
+
 @pytest.mark.parametrize("name", sorted(PROFILES))
 def test_the_bounded_search_returns_the_full_searchs_plan_with_fewer_simulations(name):
     prof = PROFILES[name]()
@@ -124,7 +129,7 @@ def test_the_bounded_search_returns_the_full_searchs_plan_with_fewer_simulations
     for frac in (0.1, 0.3, 0.5, 0.8):
         budget = int(least + frac * (unplanned - least))
         found = _candidates(prof, budget, "hybrid", IoContentionModel(), "saved", refine=False)
-        for _, p, _ in found:  # every greedy walk as a start
+        for _, p, _ in found[: STARTS.get(name)]:  # the greedy walks as starts
             start = plan_states(prof, p)
             full, a = refine(prof, budget, start, ctx, simulate)
             pruned, b = refine(prof, budget, start, ctx, simulate, bounded=True)
