@@ -167,9 +167,9 @@ def test_a_run_a_budget_stopped_resumes_under_another_budget(tmp_path):
         resume_local(run_dir, budget="1kB")
     # nothing trained: the directory is as it was, and resumes as before
     assert {f: (run_dir / f).read_text() for f in before} == before
-    r = resume_local(run_dir, budget="0.3", budget_method="hybrid")
+    r = resume_local(run_dir, budget="0.45", budget_method="hybrid")
     assert [m.epoch for m in r.history] == [1, 2, 3] and r.extra["resumed_after_epoch"] == 1
-    assert read_run_config(run_dir).budget.limit == "0.3"
+    assert read_run_config(run_dir).budget.limit == "0.45"
     assert [p["method"] for p in _rows(run_dir, "plan")] == ["recompute", "hybrid"]
 
 
