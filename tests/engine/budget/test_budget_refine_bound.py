@@ -114,8 +114,9 @@ def test_no_decision_removes_more_than_its_bound_or_outside_its_lifetime(name, s
             assert first <= item.step
 
 
-# The MobileNetV2's unbounded search costs 4-26 s a start (all six walks at four budgets: ~290 s
-# of the suite); its first walk at each budget keeps every budget's check at ~27 s.
+# The MobileNetV2's unbounded search costs 4-26 s a start (all its greedy walks, 3-6 a budget, at
+# four budgets: 289 s of the suite); its first walk at each budget keeps every budget's check
+# (29 s alone, 54 s in one loaded suite run).
 STARTS = {"mobilenetv2": 1}
 
 
