@@ -201,3 +201,33 @@ def test_the_overcommit_examples_are_the_benchmarks_settings(monkeypatch):
         # each example states its round rule, not only matches the benchmark's
         assert ex.federated.overcommit == 1.0, name
         assert ex.federated.unplannable == sem.get("unplannable", "exclude"), name
+
+
+def test_progress_view_shows_plan_buckets_and_rounds():
+    import io
+
+    from rich.console import Console
+    from rich.progress import Progress
+
+    from edgetrain.commands.federate import _ProgressView
+
+    bar = Progress(console=Console(file=io.StringIO()))
+    view = _ProgressView(bar)
+    for j in range(4):
+        view({"event": "plans", "method": "fedhybrid", "strategy": "hybrid", "done": j, "total": 3})
+    for r, goal in ((1, 2), (2, 2), (3, None)):  # round 3: --compare's extension
+        ev = {"event": "round", "method": "oort", "round": r, "rounds": goal,
+              "accuracy": 0.5 if r < 3 else None, "sim_time_s": 10.0 * r}  # fmt: skip
+        view(ev)
+    plans_task, rounds_task = bar.tasks
+    assert (plans_task.description, plans_task.completed, plans_task.total) == (
+        "hybrid plans",
+        3,
+        3,
+    )
+    assert (rounds_task.description, rounds_task.completed, rounds_task.total) == (
+        "oort rounds",
+        3,
+        3,
+    )
+    assert rounds_task.fields["status"].startswith("accuracy -, 30 s simulated (past the rounds")

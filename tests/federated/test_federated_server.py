@@ -388,3 +388,25 @@ def test_records_hold_predictions_and_the_aggregated_label_mix(env, plans):
         pred = model(env.test.x).argmax(1)
     assert rec["pred_hist"] == torch.bincount(pred, minlength=len(rec["pred_hist"])).tolist()
     assert rec["accuracy"] == pytest.approx(float((pred == env.test.y).float().mean()))
+
+
+def test_progress_reports_each_plan_bucket_and_each_round(env, plans):
+    events = []
+    srv = FederatedServer(env, "fedhybrid", "fedavg", None, plans, progress=events.append)
+    made = [e for e in events if e["event"] == "plans"]
+    # bucket 0.1: buckets 0.1 .. 0.9 planned (or found done), reported from 0 of 9 to 9 of 9
+    assert [(e["strategy"], e["done"], e["total"]) for e in made] == [
+        ("hybrid", j, 9) for j in range(10)
+    ]
+    assert all(e["method"] == "fedhybrid" for e in made)
+    recs = srv.run(2)
+    rounds = [e for e in events if e["event"] == "round"]
+    assert [(e["round"], e["rounds"]) for e in rounds] == [(1, 2), (2, 2)]
+    assert [(e["accuracy"], e["sim_time_s"]) for e in rounds] == [
+        (r["accuracy"], r["sim_time_s"]) for r in recs
+    ]
+    srv.run_round()  # outside run(): no total to report
+    assert events[-1]["round"] == 3 and events[-1]["rounds"] is None
+    quiet = FederatedServer(env, "random", "fedavg", None, plans)  # no callback: no events
+    quiet.run(1)
+    assert len(events) == len(made) + 3

@@ -51,8 +51,8 @@ def _numeric(v: Any) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool)
 
 
-def step_progress(disable: bool = False):
-    """The progress bar every training command shows on stderr (steps, status, elapsed).
+def step_progress(disable: bool = False, unit: str = "steps"):
+    """The progress bar every training command shows on stderr (``unit``, status, elapsed).
 
     Use ``progress.add_task(description, total=None, status="")`` and update it from the
     library's ``on_step(done, total)`` / ``on_epoch`` callbacks. Disabled for ``--json``.
@@ -62,7 +62,7 @@ def step_progress(disable: bool = False):
     return Progress(
         TextColumn("[bold]{task.description}"),
         BarColumn(),
-        TextColumn("{task.completed}/{task.total} steps"),
+        TextColumn(f"{{task.completed}}/{{task.total}} {unit}".rstrip()),
         TextColumn("{task.fields[status]}"),
         TimeElapsedColumn(),
         console=err_console,

@@ -10,6 +10,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from edgetrain.commands._output import step_progress
 from edgetrain.config import load_config
 from edgetrain.errors import ConfigError, RunDirError
 from edgetrain.federated.api import compare
@@ -67,9 +68,11 @@ def register(app: typer.Typer) -> None:
         env = build_environment(cfg)
         if do_compare:
             rd = RunDir.unique(f"{cfg.name}-compare", root)
-            rows, recs = compare(
-                cfg, compared, aggregator=aggregator, rounds=rounds, root=rd.path, env=env
-            )
+            with step_progress(disable=as_json, unit="") as bar:
+                rows, recs = compare(
+                    cfg, compared, aggregator=aggregator, rounds=rounds, root=rd.path, env=env,
+                    progress=_ProgressView(bar),
+                )  # fmt: skip
             rd.write_config(cfg.model_dump())
             rd.write_json("summary.json", rows)
             write_report(
@@ -125,11 +128,14 @@ def register(app: typer.Typer) -> None:
         # the server loads memory.plans and the run's plans.json (and checks them); the config
         # is written once it is built, so a rejected file leaves an empty directory (reused by
         # the next run) or, on --resume, the run directory as it was
-        server = FederatedServer(env, method, aggregator, run_dir=rd, executor=executor)
-        rd.write_config(cfg.model_dump())
-        if resume:
-            server.resume()
-        recs = server.run(rounds or cfg.federated.rounds)
+        with step_progress(disable=as_json, unit="") as bar:
+            server = FederatedServer(
+                env, method, aggregator, run_dir=rd, executor=executor, progress=_ProgressView(bar)
+            )
+            rd.write_config(cfg.model_dump())
+            if resume:
+                server.resume()
+            recs = server.run(rounds or cfg.federated.rounds)
         s = summarize(recs, None)
         write_report(
             rd.path / "report.html", f"{cfg.name}: {method}", {method: recs},
@@ -229,3 +235,31 @@ def _check_resumable(path: Path, cfg: FederatedConfig) -> None:
             f" resume with the run's config (its {RunDir.CONFIG}) -- only "
             f"{', '.join(RESUMABLE_CHANGES)} may change"
         )
+
+
+class _ProgressView:
+    """Shows a federated run's events (:class:`FederatedServer`'s ``progress``) as bars on
+    stderr: one per plan strategy while its budget buckets are planned (minutes for a
+    fresh plan set), one per method while its rounds run."""
+
+    def __init__(self, bar: Any) -> None:
+        self.bar = bar
+        self.tasks: dict[tuple[str, str], Any] = {}
+
+    def _task(self, key: tuple[str, str], description: str) -> Any:
+        if key not in self.tasks:
+            self.tasks[key] = self.bar.add_task(description, total=None, status="")
+        return self.tasks[key]
+
+    def __call__(self, ev: dict[str, Any]) -> None:
+        if ev["event"] == "plans":
+            t = self._task(("plans", ev["strategy"]), f"{ev['strategy']} plans")
+            self.bar.update(t, completed=ev["done"], total=ev["total"], status="budget buckets")
+        elif ev["event"] == "round":
+            t = self._task(("rounds", ev["method"]), f"{ev['method']} rounds")
+            acc = "-" if ev["accuracy"] is None else f"{ev['accuracy']:.4f}"
+            status = f"accuracy {acc}, {ev['sim_time_s']:.0f} s simulated"
+            if ev["rounds"] is None:  # --compare's extension to Random's simulated time
+                status += " (past the rounds: below Random's best)"
+            total = ev["rounds"] if ev["rounds"] is not None else ev["round"]
+            self.bar.update(t, completed=ev["round"], total=total, status=status)

@@ -8,7 +8,7 @@ Table 3), and each method's ``time_to_target_s`` is the simulated time it first 
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -30,10 +30,14 @@ def run_federated(
     resume: bool = False,
     env: Environment | None = None,
     executor: str | None = None,
+    progress: Callable[[dict[str, Any]], None] | None = None,
 ) -> tuple[FederatedServer, list[dict[str, Any]]]:
-    """Run (or resume) one method; returns the server and its per-round records."""
+    """Run (or resume) one method; returns the server and its per-round records.
+    ``progress`` receives the server's events (:class:`FederatedServer`)."""
     env = env or build_environment(cfg)
-    server = FederatedServer(env, method, aggregator, run_dir=run_dir, executor=executor)
+    server = FederatedServer(
+        env, method, aggregator, run_dir=run_dir, executor=executor, progress=progress
+    )
     if resume:
         server.resume()
     records = server.run(rounds or cfg.federated.rounds)
@@ -133,6 +137,7 @@ def compare(
     extend_factor: float = 3.0,
     executor: str | None = None,
     cached: dict[str, tuple[list[dict[str, Any]], float]] | None = None,
+    progress: Callable[[dict[str, Any]], None] | None = None,
 ) -> tuple[list[dict[str, Any]], dict[str, list[dict[str, Any]]]]:
     """Run every method on the same environment; one summary row per method.
 
@@ -141,7 +146,9 @@ def compare(
     then keeps going while it is below the target and its simulated time is below
     Random's total, up to ``extend_factor x rounds`` rounds (so time-to-accuracy compares
     equal simulated time, not equal round counts). ``cached`` maps a method to records and
-    wall seconds from an earlier call on the same environment (not re-run).
+    wall seconds from an earlier call on the same environment (not re-run). ``progress``
+    receives each server's events (:class:`FederatedServer`); rounds past ``rounds`` report
+    ``"rounds": None``.
     """
     if "random" not in methods:
         raise ConfigError("compare needs 'random' among the methods (it sets the target)")
@@ -161,7 +168,9 @@ def compare(
                 rd = RunDir.create(m.replace("+", "_"), root, exist_ok=True)
             t0 = time.perf_counter()
             try:
-                server = FederatedServer(env, m, aggregator, run_dir=rd, executor=executor)
+                server = FederatedServer(
+                    env, m, aggregator, run_dir=rd, executor=executor, progress=progress
+                )
             except ConfigError as exc:  # e.g. heterofl on a model without width_mult
                 if m == "random":
                     raise

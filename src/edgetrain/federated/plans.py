@@ -22,7 +22,7 @@ from __future__ import annotations
 import json
 import math
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -213,11 +213,20 @@ class PlanService:
             self.table[key] = self.make_plan(strategy, bucket)
         return self.table[key]
 
-    def precompute(self, strategy: str) -> None:
-        """Plan every bucket below 1 once (so a run's plans are fixed from its start)."""
+    def precompute(
+        self, strategy: str, on_plan: Callable[[str, int, int], None] | None = None
+    ) -> None:
+        """Plan every bucket below 1 once (so a run's plans are fixed from its start).
+
+        ``on_plan(strategy, done, total)`` is called before the first bucket and after each
+        one (progress for the command; a bucket already planned or loaded counts as done)."""
         n = int(round(1.0 / self.bucket))
+        if on_plan is not None:
+            on_plan(strategy, 0, n - 1)
         for j in range(1, n):
             self.outcome(strategy, round(j * self.bucket, 6))
+            if on_plan is not None:
+                on_plan(strategy, j, n - 1)
 
     def plan_exact(self, strategy: str, fraction: float) -> PlanOutcome:
         """A plan for the client's own budget (no bucket, no cluster, no cache key): what a

@@ -41,6 +41,7 @@ from __future__ import annotations
 import json
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -166,9 +167,16 @@ class FederatedServer:
         run_dir: RunDir | None = None,
         plan_service: PlanService | None = None,
         executor: str | None = None,
+        progress: Callable[[dict[str, Any]], None] | None = None,
     ) -> None:
+        """``progress`` receives one event (a plain dict) as each stage advances: ``{"event":
+        "plans", "method", "strategy", "done", "total"}`` while the plan buckets are made and
+        ``{"event": "round", "method", "round", "rounds", "accuracy", "sim_time_s"}`` after
+        each round (``rounds``: the total of the current :meth:`run`, None outside one)."""
         fcfg = env.config.federated
         self.env = env
+        self.progress = progress
+        self._rounds_goal: int | None = None
         self.method_name = method or fcfg.method
         if self.method_name not in METHODS:
             raise ConfigError(
@@ -223,7 +231,7 @@ class FederatedServer:
                 self.uniform_target = uniform_fraction(env.budgets, env.m_g)
                 self.uniform_plan = uniform_plan(self.plans, tech, self.uniform_target)
             else:
-                self.plans.precompute(tech)
+                self.plans.precompute(tech, self._plan_event if progress else None)
             if run_dir is not None:
                 run_dir.write_json("plans.json", self.plans.to_json())
         self._plans_written = len(self.plans.table) if self.plans is not None else 0
@@ -591,7 +599,20 @@ class FederatedServer:
         if self.run_dir is not None:
             self.run_dir.log_metrics(rec)
             self.checkpoint()
+        if self.progress is not None:
+            self.progress(
+                {"event": "round", "method": self.method_name, "round": r,
+                 "rounds": self._rounds_goal, "accuracy": rec["accuracy"],
+                 "sim_time_s": rec["sim_time_s"]}
+            )  # fmt: skip
         return rec
+
+    def _plan_event(self, strategy: str, done: int, total: int) -> None:
+        assert self.progress is not None
+        self.progress(
+            {"event": "plans", "method": self.method_name, "strategy": strategy,
+             "done": done, "total": total}
+        )  # fmt: skip
 
     def _label_counts(self, cids: list[int]) -> list[int] | None:
         """Summed label counts of the clients' partitions (None: labels are not classes)."""
@@ -660,11 +681,15 @@ class FederatedServer:
         early after that many rounds of this call (to simulate a killed run in tests)."""
         total = rounds or self.env.config.federated.rounds
         n = 0
-        while self.round < total:
-            self.run_round()
-            n += 1
-            if stop_after is not None and n >= stop_after:
-                break
+        self._rounds_goal = total
+        try:
+            while self.round < total:
+                self.run_round()
+                n += 1
+                if stop_after is not None and n >= stop_after:
+                    break
+        finally:
+            self._rounds_goal = None
         return self.records
 
     # -- checkpoints --------------------------------------------------------------------------
