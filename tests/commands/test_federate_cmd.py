@@ -231,3 +231,18 @@ def test_progress_view_shows_plan_buckets_and_rounds():
         3,
     )
     assert rounds_task.fields["status"].startswith("accuracy -, 30 s simulated (past the rounds")
+
+
+def test_progress_view_prints_lines_when_stderr_is_not_a_terminal(capsys):
+    from edgetrain.commands.federate import _ProgressView
+
+    view = _ProgressView(None)  # stderr to a file or pipe: one line per strategy and round
+    for j in range(3):
+        view({"event": "plans", "method": "fedhybrid", "strategy": "hybrid", "done": j, "total": 2})
+    view({"event": "round", "method": "fedhybrid", "round": 1, "rounds": 50,
+          "accuracy": 0.25, "sim_time_s": 12.4})  # fmt: skip
+    lines = capsys.readouterr().err.splitlines()
+    assert lines == [
+        "hybrid plans: 2 budget buckets",
+        "fedhybrid round 1/50: accuracy 0.2500, 12 s simulated",
+    ]

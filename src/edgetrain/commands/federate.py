@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 from pathlib import Path
 from typing import Any, Optional
@@ -10,7 +11,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from edgetrain.commands._output import step_progress
+from edgetrain.commands._output import err_console, step_progress
 from edgetrain.config import load_config
 from edgetrain.errors import ConfigError, RunDirError
 from edgetrain.federated.api import compare
@@ -68,10 +69,10 @@ def register(app: typer.Typer) -> None:
         env = build_environment(cfg)
         if do_compare:
             rd = RunDir.unique(f"{cfg.name}-compare", root)
-            with step_progress(disable=as_json, unit="") as bar:
+            with _progress(as_json) as view:
                 rows, recs = compare(
                     cfg, compared, aggregator=aggregator, rounds=rounds, root=rd.path, env=env,
-                    progress=_ProgressView(bar),
+                    progress=view,
                 )  # fmt: skip
             rd.write_config(cfg.model_dump())
             rd.write_json("summary.json", rows)
@@ -128,9 +129,9 @@ def register(app: typer.Typer) -> None:
         # the server loads memory.plans and the run's plans.json (and checks them); the config
         # is written once it is built, so a rejected file leaves an empty directory (reused by
         # the next run) or, on --resume, the run directory as it was
-        with step_progress(disable=as_json, unit="") as bar:
+        with _progress(as_json) as view:
             server = FederatedServer(
-                env, method, aggregator, run_dir=rd, executor=executor, progress=_ProgressView(bar)
+                env, method, aggregator, run_dir=rd, executor=executor, progress=view
             )
             rd.write_config(cfg.model_dump())
             if resume:
@@ -238,11 +239,12 @@ def _check_resumable(path: Path, cfg: FederatedConfig) -> None:
 
 
 class _ProgressView:
-    """Shows a federated run's events (:class:`FederatedServer`'s ``progress``) as bars on
-    stderr: one per plan strategy while its budget buckets are planned (minutes for a
-    fresh plan set), one per method while its rounds run."""
+    """Shows a federated run's events (:class:`FederatedServer`'s ``progress``) on stderr:
+    bars on a terminal (one per plan strategy while its budget buckets are planned, which
+    takes minutes for a fresh plan set, one per method while its rounds run), or one line
+    per finished strategy and per round when stderr is a file or pipe (``bar`` None)."""
 
-    def __init__(self, bar: Any) -> None:
+    def __init__(self, bar: Any | None) -> None:
         self.bar = bar
         self.tasks: dict[tuple[str, str], Any] = {}
 
@@ -253,13 +255,33 @@ class _ProgressView:
 
     def __call__(self, ev: dict[str, Any]) -> None:
         if ev["event"] == "plans":
+            if self.bar is None:
+                if ev["done"] == ev["total"]:
+                    err_console.print(f"{ev['strategy']} plans: {ev['total']} budget buckets")
+                return
             t = self._task(("plans", ev["strategy"]), f"{ev['strategy']} plans")
             self.bar.update(t, completed=ev["done"], total=ev["total"], status="budget buckets")
         elif ev["event"] == "round":
-            t = self._task(("rounds", ev["method"]), f"{ev['method']} rounds")
             acc = "-" if ev["accuracy"] is None else f"{ev['accuracy']:.4f}"
             status = f"accuracy {acc}, {ev['sim_time_s']:.0f} s simulated"
             if ev["rounds"] is None:  # --compare's extension to Random's simulated time
                 status += " (past the rounds: below Random's best)"
             total = ev["rounds"] if ev["rounds"] is not None else ev["round"]
+            if self.bar is None:
+                err_console.print(f"{ev['method']} round {ev['round']}/{total}: {status}")
+                return
+            t = self._task(("rounds", ev["method"]), f"{ev['method']} rounds")
             self.bar.update(t, completed=ev["round"], total=total, status=status)
+
+
+@contextlib.contextmanager
+def _progress(as_json: bool):
+    """The run's progress view: none with ``--json``, bars on a terminal, lines otherwise."""
+    if as_json:
+        yield None
+        return
+    if not err_console.is_terminal:
+        yield _ProgressView(None)
+        return
+    with step_progress(unit="") as bar:
+        yield _ProgressView(bar)
