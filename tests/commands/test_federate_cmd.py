@@ -241,8 +241,12 @@ def test_progress_view_prints_lines_when_stderr_is_not_a_terminal(capsys):
         view({"event": "plans", "method": "fedhybrid", "strategy": "hybrid", "done": j, "total": 2})
     view({"event": "round", "method": "fedhybrid", "round": 1, "rounds": 50,
           "accuracy": 0.25, "sim_time_s": 12.4})  # fmt: skip
+    view({"event": "round", "method": "fedhybrid", "round": 51, "rounds": None,
+          "accuracy": 0.5, "sim_time_s": 1234.0})  # fmt: skip
     lines = capsys.readouterr().err.splitlines()
-    assert lines == [
+    assert lines == [  # the last one is longer than 80 columns and still one line
         "hybrid plans: 2 budget buckets",
         "fedhybrid round 1/50: accuracy 0.2500, 12 s simulated",
+        "fedhybrid round 51/51: accuracy 0.5000, 1234 s simulated (past the rounds: below "
+        "Random's best)",
     ]

@@ -257,7 +257,7 @@ class _ProgressView:
         if ev["event"] == "plans":
             if self.bar is None:
                 if ev["done"] == ev["total"]:
-                    err_console.print(f"{ev['strategy']} plans: {ev['total']} budget buckets")
+                    _line(f"{ev['strategy']} plans: {ev['total']} budget buckets")
                 return
             t = self._task(("plans", ev["strategy"]), f"{ev['strategy']} plans")
             self.bar.update(t, completed=ev["done"], total=ev["total"], status="budget buckets")
@@ -268,10 +268,15 @@ class _ProgressView:
                 status += " (past the rounds: below Random's best)"
             total = ev["rounds"] if ev["rounds"] is not None else ev["round"]
             if self.bar is None:
-                err_console.print(f"{ev['method']} round {ev['round']}/{total}: {status}")
+                _line(f"{ev['method']} round {ev['round']}/{total}: {status}")
                 return
             t = self._task(("rounds", ev["method"]), f"{ev['method']} rounds")
             self.bar.update(t, completed=ev["round"], total=total, status=status)
+
+
+def _line(text: str) -> None:
+    """One progress line, never wrapped (a log keeps one line per event)."""
+    err_console.print(text, soft_wrap=True, highlight=False)
 
 
 @contextlib.contextmanager
