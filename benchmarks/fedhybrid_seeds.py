@@ -24,6 +24,12 @@ the seeds. Runs with Table 4's baselines (``oort+recompute``, ``oort+swap``,
 adds FedHybrid − Oort in points over rounds A..B, e.g. the same rounds of a longer run:
 
     python benchmarks/fedhybrid_seeds.py h_s*.json --window 71-80 --window 191-200
+
+A run directory of ``edgetrain federate CONFIG --compare`` (it holds ``summary.json``,
+``config.json`` and one ``metrics.jsonl`` per method) is read as one seed too, so the README's
+examples themselves can be tabled over seeds (one copy of the config per seed):
+
+    python benchmarks/fedhybrid_seeds.py runs/ex*/federated-mnist-compare --window 41-50
 """
 
 from __future__ import annotations
@@ -36,6 +42,40 @@ from pathlib import Path
 
 #: Table 4's baselines: Oort + Melon / Capuchin / GACT
 TABLE4 = ("oort+recompute", "oort+swap", "oort+compress")
+
+
+def load_compare_dir(path: Path) -> dict:
+    """One ``edgetrain federate --compare`` run directory as a fedhybrid_tta.py JSON object:
+    its summary rows as the table of the config's aggregator, each method's curve of
+    (simulated s, accuracy) from its ``metrics.jsonl``, and the config's seed. ``path`` may
+    also be a folder holding exactly one such directory. Raises ValueError naming what is
+    missing."""
+    found = [path] if (path / "summary.json").is_file() else sorted(
+        p.parent for p in path.glob("*/summary.json")
+    )  # fmt: skip
+    if len(found) != 1:
+        raise ValueError(
+            f"{path}: expected one 'edgetrain federate --compare' run directory (summary.json, "
+            f"config.json, a metrics.jsonl per method), found {len(found)}"
+        )
+    run_dir = found[0]
+    try:
+        rows = json.loads((run_dir / "summary.json").read_text())
+        cfg = json.loads((run_dir / "config.json").read_text())
+        curves = {}
+        for r in rows:
+            if "skipped" in r:
+                continue
+            lines = (run_dir / r["method"].replace("+", "_") / "metrics.jsonl").read_text()
+            recs = [json.loads(x) for x in lines.splitlines() if x.strip()]
+            curves[r["method"]] = [
+                [x["sim_time_s"], x["accuracy"]] for x in recs if x.get("accuracy") is not None
+            ]
+    except (OSError, json.JSONDecodeError, KeyError, TypeError) as e:
+        raise ValueError(f"{run_dir}: not a complete --compare run directory ({e})") from e
+    agg = cfg.get("federated", {}).get("aggregator", "fedprox")
+    return {"seed": cfg.get("seed"), "tables": {agg: rows}, "curves": {agg: curves},
+            "source": str(run_dir)}  # fmt: skip
 
 
 def window_points(run: dict, agg: str, method: str, ref: str, lo: int, hi: int) -> float | None:
@@ -121,6 +161,10 @@ def seed_row(
         "fedhybrid_vs_random": speed(method),
         "oort_vs_random": speed("oort"),
     }
+    spr = {m: r["sim_time_s"] / r["rounds"] for m, r in rows.items()
+           if r.get("sim_time_s") is not None and r.get("rounds")}  # fmt: skip
+    if spr:
+        out["round_s"] = spr  # simulated seconds a round, per method
     if fh and oo:
         tf, to = fh["time_to_target_s"], oo["time_to_target_s"]
         out["fedhybrid_vs_oort"] = (to / tf) if (tf and to) else None
@@ -209,6 +253,9 @@ def table(
             1 for v in vals if v is not None and v >= 5.0 - 1e-9
         )
         med.setdefault("window_seeds", {})[key] = sum(1 for v in vals if v is not None)
+    timed = sorted({m for r in rows for m in r.get("round_s", {})})
+    if timed:
+        med["round_s"] = {m: median([r.get("round_s", {}).get(m) for r in rows]) for m in timed}
     methods = sorted({m for r in rows for m in r.get("held_last", {})})
     if methods:
         med["held_last"] = {m: median([r["held_last"].get(m) for r in rows]) for m in methods}
@@ -268,7 +315,11 @@ def _f(v: float | None, fmt: str) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("files", nargs="+", help="JSON files written by fedhybrid_tta.py --out")
+    ap.add_argument(
+        "files", nargs="+",
+        help="JSON files written by fedhybrid_tta.py --out, or edgetrain federate --compare "
+        "run directories",
+    )  # fmt: skip
     ap.add_argument("--aggregator", default="fedprox")
     ap.add_argument(
         "--method", default="fedhybrid",
@@ -284,9 +335,12 @@ def main(argv: list[str] | None = None) -> int:
     runs = []
     for f in args.files:
         try:
-            run = json.loads(Path(f).read_text())
+            run = load_compare_dir(Path(f)) if Path(f).is_dir() else json.loads(Path(f).read_text())
         except (OSError, json.JSONDecodeError) as e:
             print(f"error: {f}: not a readable fedhybrid_tta.py JSON file ({e})", file=sys.stderr)
+            return 2
+        except ValueError as e:  # a directory that is not one complete --compare run
+            print(f"error: {e}", file=sys.stderr)
             return 2
         if args.aggregator not in run.get("tables", {}):
             print(
@@ -350,6 +404,9 @@ def main(argv: list[str] | None = None) -> int:
               f"the median of {m['window_seeds'][key]} seeds (>= +5 on {m['window_5_points'][key]}; "
               "per seed: " + " / ".join(_f(r["window_points"][key], "+.1f") for r in out["rows"])
               + ")")  # fmt: skip
+    if "round_s" in m:
+        print("simulated s a round, median over seeds: "
+              + " / ".join(f"{k} {_f(v, '.1f')}" for k, v in m["round_s"].items()))  # fmt: skip
     if "held_last" in m:
         print("test accuracy on the classes only low-memory phones hold / on the others "
               "(mean of the last eighth of the rounds, median over seeds)")  # fmt: skip

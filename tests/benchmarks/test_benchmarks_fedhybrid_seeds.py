@@ -248,3 +248,54 @@ def test_equal_simulated_time_reads_the_last_eighth_of_the_common_time(tmp_path,
     text = capsys.readouterr().out
     assert "fedhybrid - Oort +32.5 points in the median (>= +5 on 2 of 2" in text
     assert "rounds by then, per seed: 16:4 / 16:1)" in text
+
+
+def test_a_federate_compare_run_directory_is_read_as_one_seed(tmp_path, capsys):
+    """The README's examples are tabled from their own run directories: the seed from the
+    config, the figures from summary.json, the windows from each method's metrics.jsonl."""
+    import yaml
+    from typer.testing import CliRunner
+
+    from edgetrain.cli import app
+    from fed_small import SMALL_FLEET
+
+    cfg = json.loads(json.dumps(SMALL_FLEET))
+    cfg.update(name="ex", seed=2, data={"max_samples": 400}, fleet={"clients": 8})
+    cfg["federated"].update(rounds=2, clients_per_round=3, local_steps=1, aggregator="fedprox")
+    cfg["memory"]["bucket"] = 0.2
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    argv = ["federate", str(path), "--output-root", str(tmp_path / "runs"), "--json",
+            "--compare", "--methods", "random,oort,fedhybrid"]  # fmt: skip
+    r = CliRunner().invoke(app, argv)
+    assert r.exit_code == 0, r.output
+    summary = {x["method"]: x for x in json.loads(r.stdout)}
+    run_dir = next((tmp_path / "runs").glob("ex-compare*"))
+
+    mod = load_benchmark("fedhybrid_seeds")
+    # the run directory itself, or the folder that holds it
+    for arg in (run_dir, tmp_path / "runs"):
+        assert mod.main([str(arg), "--json", "--window", "1-2"]) == 0
+        row = json.loads(capsys.readouterr().out)["rows"][0]
+        assert row["seed"] == 2
+        assert row["fedhybrid_vs_random"] == summary["fedhybrid"]["speedup_vs_random"]
+        assert row["oort_vs_random"] == summary["oort"]["speedup_vs_random"]
+
+        def acc(m):
+            lines = (run_dir / m / "metrics.jsonl").read_text().splitlines()
+            return [json.loads(x)["accuracy"] for x in lines]
+
+        fh, oo = acc("fedhybrid"), acc("oort")
+        want = 100 * ((fh[0] + fh[1]) / 2 - (oo[0] + oo[1]) / 2)
+        assert row["window_points"]["1-2"] == pytest.approx(want)
+        rnd = json.loads((run_dir / "summary.json").read_text())[0]
+        assert row["round_s"]["random"] == pytest.approx(rnd["sim_time_s"] / rnd["rounds"])
+
+    # a folder with no run directory, and one whose method lost its metrics
+    (tmp_path / "empty").mkdir()
+    assert mod.main([str(tmp_path / "empty")]) == 2
+    assert "expected one 'edgetrain federate --compare' run directory" in capsys.readouterr().err
+    (run_dir / "oort" / "metrics.jsonl").unlink()
+    assert mod.main([str(run_dir)]) == 2
+    err = capsys.readouterr().err
+    assert "not a complete --compare run directory" in err and "metrics.jsonl" in err
