@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import statistics
 import sys
 from pathlib import Path
@@ -62,7 +63,8 @@ def load_compare_dir(path: Path) -> dict:
     try:
         rows = json.loads((run_dir / "summary.json").read_text())
         cfg = json.loads((run_dir / "config.json").read_text())
-        curves = {}
+        n_rounds = cfg["federated"]["rounds"]
+        curves, failures = {}, {}
         for r in rows:
             if "skipped" in r:
                 continue
@@ -71,11 +73,25 @@ def load_compare_dir(path: Path) -> dict:
             curves[r["method"]] = [
                 [x["sim_time_s"], x["accuracy"]] for x in recs if x.get("accuracy") is not None
             ]
+            failures[r["method"]] = round_failures(recs[:n_rounds])
     except (OSError, json.JSONDecodeError, KeyError, TypeError) as e:
         raise ValueError(f"{run_dir}: not a complete --compare run directory ({e})") from e
     agg = cfg.get("federated", {}).get("aggregator", "fedprox")
     return {"seed": cfg.get("seed"), "tables": {agg: rows}, "curves": {agg: curves},
-            "source": str(run_dir)}  # fmt: skip
+            "failures": {agg: failures}, "source": str(run_dir)}  # fmt: skip
+
+
+def round_failures(recs: list[dict]) -> dict:
+    """Over a method's configured rounds: the mean number of selected clients that were
+    killed (over physical memory) a round, and the share of rounds that lasted until the
+    deadline (fewer reports than the round aggregates: a killed client does not report)."""
+    killed = [x.get("outcomes", {}).get("killed", 0) for x in recs]
+    at_deadline = [
+        x.get("deadline_s") is not None and math.isclose(x["round_time_s"], x["deadline_s"])
+        for x in recs
+    ]
+    n = max(1, len(recs))
+    return {"killed_per_round": sum(killed) / n, "deadline_share": sum(at_deadline) / n}
 
 
 def window_points(run: dict, agg: str, method: str, ref: str, lo: int, hi: int) -> float | None:
@@ -196,6 +212,8 @@ def seed_row(
         out.setdefault("window_points", {})[f"{lo}-{hi}"] = window_points(
             run, agg, method, "oort", lo, hi
         )
+    if run.get("failures", {}).get(agg):
+        out["failures"] = run["failures"][agg]
     held = run.get("held", {}).get(agg)
     if held is not None:
         out["held_classes"] = held["classes"]
@@ -253,6 +271,13 @@ def table(
             1 for v in vals if v is not None and v >= 5.0 - 1e-9
         )
         med.setdefault("window_seeds", {})[key] = sum(1 for v in vals if v is not None)
+    failed = sorted({m for r in rows for m in r.get("failures", {})})
+    if failed:
+        med["failures"] = {
+            m: {k: median([r.get("failures", {}).get(m, {}).get(k) for r in rows])
+                for k in ("killed_per_round", "deadline_share")}
+            for m in failed
+        }  # fmt: skip
     timed = sorted({m for r in rows for m in r.get("round_s", {})})
     if timed:
         med["round_s"] = {m: median([r.get("round_s", {}).get(m) for r in rows]) for m in timed}
@@ -407,6 +432,11 @@ def main(argv: list[str] | None = None) -> int:
     if "round_s" in m:
         print("simulated s a round, median over seeds: "
               + " / ".join(f"{k} {_f(v, '.1f')}" for k, v in m["round_s"].items()))  # fmt: skip
+    if "failures" in m:
+        print("over the configured rounds, median over seeds: clients killed a round / share of "
+              "rounds that lasted until the deadline: "
+              + " / ".join(f"{k} {v['killed_per_round']:.1f}, {100 * v['deadline_share']:.0f} %"
+                           for k, v in m["failures"].items()))  # fmt: skip
     if "held_last" in m:
         print("test accuracy on the classes only low-memory phones hold / on the others "
               "(mean of the last eighth of the rounds, median over seeds)")  # fmt: skip

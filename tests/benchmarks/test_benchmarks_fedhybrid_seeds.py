@@ -288,6 +288,15 @@ def test_a_federate_compare_run_directory_is_read_as_one_seed(tmp_path, capsys):
         fh, oo = acc("fedhybrid"), acc("oort")
         want = 100 * ((fh[0] + fh[1]) / 2 - (oo[0] + oo[1]) / 2)
         assert row["window_points"]["1-2"] == pytest.approx(want)
+        recs = [
+            json.loads(x) for x in (run_dir / "random" / "metrics.jsonl").read_text().splitlines()
+        ]
+        killed = sum(x["outcomes"]["killed"] for x in recs) / len(recs)
+        ran_out = sum(x["round_time_s"] == pytest.approx(x["deadline_s"]) for x in recs)
+        assert row["failures"]["random"] == {
+            "killed_per_round": pytest.approx(killed),
+            "deadline_share": pytest.approx(ran_out / len(recs)),
+        }
         rnd = json.loads((run_dir / "summary.json").read_text())[0]
         assert row["round_s"]["random"] == pytest.approx(rnd["sim_time_s"] / rnd["rounds"])
 
