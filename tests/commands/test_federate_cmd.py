@@ -1,6 +1,7 @@
 """``edgetrain federate``: a single run and --compare with --json, and a user error."""
 
 import json
+from pathlib import Path
 
 import pytest
 import yaml
@@ -250,3 +251,38 @@ def test_progress_view_prints_lines_when_stderr_is_not_a_terminal(capsys):
         "fedhybrid round 51/51: accuracy 0.5000, 1234 s simulated (past the rounds: below "
         "Random's best)",
     ]
+
+
+def test_seed_option_runs_as_the_config_with_that_seed(tmp_path):
+    """--seed N is the config with ``seed: N``: same fleet, partition, picks and accuracy,
+    recorded in the run's config.json; a resumed run must keep it."""
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump(CFG))  # seed 2
+    reseeded = tmp_path / "c5.yaml"
+    reseeded.write_text(yaml.safe_dump({**CFG, "seed": 5}))
+    base = ["--output-root", str(tmp_path / "runs"), "--json", "--selector", "random",
+            "--rounds", "2"]  # fmt: skip
+
+    def run(cfg_path, *extra):
+        r = CliRunner().invoke(app, ["federate", str(cfg_path), *base, *extra])
+        assert r.exit_code == 0, r.output
+        out = json.loads(r.stdout)
+        lines = (Path(out["run_dir"]) / "metrics.jsonl").read_text().splitlines()
+        saved = json.loads((Path(out["run_dir"]) / "config.json").read_text())
+        recs = [json.loads(x) for x in lines]
+        return [(x["selected"], x["accuracy"]) for x in recs], saved["seed"]
+
+    by_option, seed = run(path, "--seed", "5")
+    by_file, _ = run(reseeded)
+    own, own_seed = run(path)
+    assert seed == 5 and own_seed == 2
+    assert by_option == by_file
+    assert [s for s, _ in by_option] != [s for s, _ in own]
+
+    r = CliRunner().invoke(app, ["federate", str(path), "--seed", "-1"])
+    assert r.exit_code != 0 and "-1" in r.output
+    r = CliRunner().invoke(
+        app, ["federate", str(path), *base[:2], "--resume", "--seed", "7", "--rounds", "3"]
+    )
+    assert r.exit_code != 0
+    assert "seed" in str(r.exception)

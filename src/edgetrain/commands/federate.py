@@ -46,12 +46,21 @@ def register(app: typer.Typer) -> None:
             help="With --compare: comma-separated methods instead of the seven of Tables 3-4 "
             "(random sets the target, so it is always run), e.g. random,oort,fedhybrid,oort-oracle.",
         ),
+        seed: Optional[int] = typer.Option(  # noqa: UP045
+            None,
+            "--seed",
+            min=0,
+            help="Instead of the config's seed (fleet, partition, selection, weights); the run "
+            "directory's config.json records it.",
+        ),
         resume: bool = typer.Option(False, "--resume", help="Continue the run directory."),
         output_root: Optional[Path] = typer.Option(None, "--output-root"),  # noqa: UP045
         as_json: bool = typer.Option(False, "--json", help="Print JSON only."),
     ) -> None:
         """Federated learning on a simulated memory-limited fleet (FedHybrid)."""
         cfg = load_config(config, schema=FederatedConfig)
+        if seed is not None:  # typer checked it (>= 0), as the config's field is checked
+            cfg = cfg.model_copy(update={"seed": seed})
         if executor not in (None, "inprocess", "ray"):
             raise ConfigError(f"--executor {executor!r}; accepted: inprocess, ray")
         if selector is not None and selector not in METHODS:
