@@ -27,9 +27,16 @@ adds FedHybrid − Oort in points over rounds A..B, e.g. the same rounds of a lo
 
 A run directory of ``edgetrain federate CONFIG --compare`` (it holds ``summary.json``,
 ``config.json`` and one ``metrics.jsonl`` per method) is read as one seed too, so the README's
-examples themselves can be tabled over seeds (one copy of the config per seed):
+examples themselves can be tabled over seeds:
 
-    python benchmarks/fedhybrid_seeds.py runs/ex*/federated-mnist-compare --window 41-50
+    for s in 0 1 2; do
+      edgetrain federate examples/federated-mnist.yaml --compare --methods random,oort,fedhybrid \
+        --seed $s --output-root ex$s
+    done
+    python benchmarks/fedhybrid_seeds.py ex* --window 41-50
+
+Such a directory also gives, per method over its configured rounds, the selected clients
+killed a round (over physical memory) and the share of rounds that lasted until the deadline.
 """
 
 from __future__ import annotations
