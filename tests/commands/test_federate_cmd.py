@@ -284,5 +284,5 @@ def test_seed_option_runs_as_the_config_with_that_seed(tmp_path):
     r = CliRunner().invoke(
         app, ["federate", str(path), *base[:2], "--resume", "--seed", "7", "--rounds", "3"]
     )
-    assert r.exit_code != 0
-    assert "seed" in str(r.exception)
+    assert r.exit_code != 0  # runs/cli is the first run above, made with --seed 5
+    assert "(seed: run 5, now 7)" in str(r.exception)
