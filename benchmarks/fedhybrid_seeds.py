@@ -37,6 +37,16 @@ examples themselves can be tabled over seeds:
 
 Such a directory also gives, per method over its configured rounds, the selected clients
 killed a round (over physical memory) and the share of rounds that lasted until the deadline.
+Directories of one config and seed are merged into one seed (a method they share must have
+the same summary row), so Table 4's baselines and Fig. 17's ablations can run later, each
+beside Random, which sets the target:
+
+    edgetrain federate examples/federated-mnist.yaml --compare --seed $s --output-root t4$s \
+      --methods random,heterofl,oort+recompute,oort+swap,oort+compress
+    edgetrain federate examples/federated-mnist.yaml --compare --seed $s --output-root f17$s \
+      --methods random,fedhybrid-noselector,fedhybrid-nooptimizer,fedhybrid-nocompress,\
+    fedhybrid-nopredictor
+    python benchmarks/fedhybrid_seeds.py ex* t4* f17*
 """
 
 from __future__ import annotations
@@ -84,8 +94,68 @@ def load_compare_dir(path: Path) -> dict:
     except (OSError, json.JSONDecodeError, KeyError, TypeError) as e:
         raise ValueError(f"{run_dir}: not a complete --compare run directory ({e})") from e
     agg = cfg.get("federated", {}).get("aggregator", "fedprox")
-    return {"seed": cfg.get("seed"), "tables": {agg: rows}, "curves": {agg: curves},
-            "failures": {agg: failures}, "source": str(run_dir)}  # fmt: skip
+    run = {"seed": cfg.get("seed"), "tables": {agg: rows}, "curves": {agg: curves},
+           "failures": {agg: failures}, "source": str(run_dir), "config": cfg}  # fmt: skip
+    _ablations_from_rows(run, agg)
+    return run
+
+
+def _ablations_from_rows(run: dict, agg: str) -> None:
+    """A --compare directory's Fig. 17 rows (``fedhybrid-no*``) as the ``ablations`` block
+    fedhybrid_tta.py writes, with Random and FedHybrid beside them; none where it ran none."""
+    rows = [r for r in run["tables"][agg] if "skipped" not in r]
+    if any(r["method"].startswith("fedhybrid-no") for r in rows):
+        keep = ("random", "fedhybrid")
+        run["ablations"] = {
+            agg: [r for r in rows if r["method"] in keep or r["method"].startswith("fedhybrid-no")]
+        }
+
+
+def merge_compare_runs(runs: list[dict]) -> list[dict]:
+    """Several --compare directories of one seed and config as one run: e.g. the README
+    example's ``random,oort,fedhybrid`` beside ``random,heterofl,oort+recompute,...`` run
+    later. A method in two of them must have the same summary row (wall seconds aside) --
+    the runs are deterministic, so a difference means another machine or another code; that
+    is one ValueError naming both directories. Other runs (fedhybrid_tta.py JSON, which
+    records no config) pass through unchanged, in order."""
+    out: list[dict] = []
+    by_key: dict[str, dict] = {}
+    for run in runs:
+        cfg = run.get("config")
+        if cfg is None:
+            out.append(run)
+            continue
+        key = json.dumps(cfg, sort_keys=True)
+        if key not in by_key:
+            by_key[key] = run
+            out.append(run)
+            continue
+        base = by_key[key]
+        (agg,) = run["tables"]
+        have = {r["method"]: r for r in base["tables"][agg]}
+
+        def same(a: dict, b: dict) -> bool:
+            return {k: v for k, v in a.items() if k != "wall_s"} == {
+                k: v for k, v in b.items() if k != "wall_s"
+            }
+
+        for r in run["tables"][agg]:
+            m = r["method"]
+            if m in have:
+                if not same(have[m], r):
+                    raise ValueError(
+                        f"{base['source']} and {run['source']} ran {m!r} with one config and "
+                        "seed but differ (another machine or code version?); table them apart"
+                    )
+                continue
+            base["tables"][agg].append(r)
+            have[m] = r
+            for block in ("curves", "failures"):
+                if m in run.get(block, {}).get(agg, {}):
+                    base[block][agg][m] = run[block][agg][m]
+        base["source"] = f"{base['source']} + {run['source']}"
+        _ablations_from_rows(base, agg)
+    return out
 
 
 def round_failures(recs: list[dict]) -> dict:
@@ -381,15 +451,23 @@ def main(argv: list[str] | None = None) -> int:
                 file=sys.stderr,
             )
             return 2
+        run.setdefault("seed", _seed_of(f))
+        run.setdefault("source", f)
+        runs.append(run)
+    try:
+        runs = merge_compare_runs(runs)
+    except ValueError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    for run in runs:
         ran = {r.get("method") for r in run["tables"][args.aggregator]}
         if args.method not in ran:
             print(
-                f"error: {f} did not run {args.method!r}; it ran {sorted(m for m in ran if m)}",
+                f"error: {run['source']} did not run {args.method!r}; it ran "
+                f"{sorted(m for m in ran if m)}",
                 file=sys.stderr,
             )
             return 2
-        run.setdefault("seed", _seed_of(f))
-        runs.append(run)
     windows = tuple(args.window)
     out = table(runs, args.aggregator, args.method, windows)
     abl = ablation_table(runs, args.aggregator)

@@ -250,9 +250,9 @@ def test_equal_simulated_time_reads_the_last_eighth_of_the_common_time(tmp_path,
     assert "rounds by then, per seed: 16:4 / 16:1)" in text
 
 
-def test_a_federate_compare_run_directory_is_read_as_one_seed(tmp_path, capsys):
-    """The README's examples are tabled from their own run directories: the seed from the
-    config, the figures from summary.json, the windows from each method's metrics.jsonl."""
+def _tiny_compare(tmp_path, methods, root="runs"):
+    """``edgetrain federate --compare --methods METHODS`` on an 8-phone fleet, 2 rounds: its
+    --json summary by method and its run directory."""
     import yaml
     from typer.testing import CliRunner
 
@@ -265,12 +265,18 @@ def test_a_federate_compare_run_directory_is_read_as_one_seed(tmp_path, capsys):
     cfg["memory"]["bucket"] = 0.2
     path = tmp_path / "c.yaml"
     path.write_text(yaml.safe_dump(cfg))
-    argv = ["federate", str(path), "--output-root", str(tmp_path / "runs"), "--json",
-            "--compare", "--methods", "random,oort,fedhybrid"]  # fmt: skip
+    argv = ["federate", str(path), "--output-root", str(tmp_path / root), "--json",
+            "--compare", "--methods", methods]  # fmt: skip
     r = CliRunner().invoke(app, argv)
     assert r.exit_code == 0, r.output
     summary = {x["method"]: x for x in json.loads(r.stdout)}
-    run_dir = next((tmp_path / "runs").glob("ex-compare*"))
+    return summary, next((tmp_path / root).glob("ex-compare*"))
+
+
+def test_a_federate_compare_run_directory_is_read_as_one_seed(tmp_path, capsys):
+    """The README's examples are tabled from their own run directories: the seed from the
+    config, the figures from summary.json, the windows from each method's metrics.jsonl."""
+    summary, run_dir = _tiny_compare(tmp_path, "random,oort,fedhybrid")
 
     mod = load_benchmark("fedhybrid_seeds")
     # the run directory itself, or the folder that holds it
@@ -308,3 +314,53 @@ def test_a_federate_compare_run_directory_is_read_as_one_seed(tmp_path, capsys):
     assert mod.main([str(run_dir)]) == 2
     err = capsys.readouterr().err
     assert "not a complete --compare run directory" in err and "metrics.jsonl" in err
+
+
+def test_compare_runs_of_one_seed_and_config_are_merged(tmp_path, capsys):
+    """Table 4's baselines and Fig. 17's ablations run beside the seed table's methods
+    later: directories of one config and seed are one seed, a method they share must agree,
+    and runs of another seed stay apart."""
+    import shutil
+
+    mod = load_benchmark("fedhybrid_seeds")
+    first, a = _tiny_compare(tmp_path, "random,oort,fedhybrid", "a")
+    second, b = _tiny_compare(tmp_path, "random,oort+recompute,fedhybrid-nopredictor", "b")
+    c = tmp_path / "c"  # the same runs recorded under another seed
+    shutil.copytree(a, c)
+    cfg = json.loads((c / "config.json").read_text())
+    (c / "config.json").write_text(json.dumps({**cfg, "seed": 3}))
+    assert mod.main([str(a), str(b), str(c), "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert [r["seed"] for r in out["rows"]] == [2, 3]
+    row = out["rows"][0]
+    assert row["fedhybrid_vs_random"] == first["fedhybrid"]["speedup_vs_random"]
+    # Table 4 reads the baseline from the second directory, Fig. 17 its ablation
+    t_base, t_fh = (
+        second["oort+recompute"]["time_to_target_s"],
+        first["fedhybrid"]["time_to_target_s"],
+    )
+    assert "table4_missed" in row and "table4_missed" not in out["rows"][1]
+    if t_base and t_fh:
+        assert row["table4_vs_fastest"] == pytest.approx(t_base / t_fh)
+    abl = out["ablations"]["fedhybrid-nopredictor"]
+    assert abl["seeds"] == 1
+    fh = next(r for r in json.loads((a / "summary.json").read_text()) if r["method"] == "fedhybrid")
+    nop = json.loads((b / "summary.json").read_text())[-1]
+    assert nop["method"] == "fedhybrid-nopredictor"
+    want = (nop["sim_time_s"] / nop["rounds"]) / (fh["sim_time_s"] / fh["rounds"])
+    assert abl["round_ratio"] == pytest.approx(want)
+    assert set(row["round_s"]) == {"random", "oort", "fedhybrid", "oort+recompute",
+                                   "fedhybrid-nopredictor"}  # fmt: skip
+
+    # a shared method that differs is one error naming both directories
+    bad = tmp_path / "bad"
+    shutil.copytree(b, bad)
+    rows = json.loads((bad / "summary.json").read_text())
+    rows[0]["final_accuracy"] += 0.01
+    (bad / "summary.json").write_text(json.dumps(rows))
+    assert mod.main([str(a), str(bad)]) == 2
+    err = capsys.readouterr().err
+    assert str(a) in err and str(bad) in err and "'random'" in err and "differ" in err
+    # the method compared must be in the merged seed, named by its directories
+    assert mod.main([str(b), "--method", "fedhybrid"]) == 2
+    assert f"{b} did not run 'fedhybrid'" in capsys.readouterr().err
