@@ -37,7 +37,9 @@ examples themselves can be tabled over seeds:
 
 Such a directory also gives, per method over its configured rounds, the selected clients
 killed a round (over physical memory) and the share of rounds that lasted until the deadline.
-Directories of one config and seed are merged into one seed (a method they share must have
+The speed-up over Random is split into Random's rounds to the target over the method's and
+Random's simulated seconds a round (to the target) over the method's: shorter rounds, or
+fewer of them. Directories of one config and seed are merged into one seed (a method they share must have
 the same summary row), so Table 4's baselines and Fig. 17's ablations can run later, each
 beside Random, which sets the target:
 
@@ -258,6 +260,7 @@ def seed_row(
            if r.get("sim_time_s") is not None and r.get("rounds")}  # fmt: skip
     if spr:
         out["round_s"] = spr  # simulated seconds a round, per method
+    decompose_speedup(out, run, agg, method, rows)
     if fh and oo:
         tf, to = fh["time_to_target_s"], oo["time_to_target_s"]
         out["fedhybrid_vs_oort"] = (to / tf) if (tf and to) else None
@@ -299,6 +302,31 @@ def seed_row(
     return out
 
 
+def decompose_speedup(out: dict, run: dict, agg: str, method: str, rows: dict) -> None:
+    """``method``'s speed-up over Random as (Random's rounds to the target ÷ the method's) ×
+    (Random's simulated s a round up to the target ÷ the method's): whether a method is
+    faster because its rounds are shorter or because it needs fewer of them. Rounds are
+    counted along the curves (one point per evaluated round). Adds ``rounds_to_target`` per
+    method that reached it, and ``rounds_ratio`` / ``round_length_ratio`` (their product is
+    the speed-up) where both Random and the method did."""
+    target = out.get("target")
+    curves = run.get("curves", {}).get(agg, {})
+    if target is None or not curves:
+        return
+    n = {}
+    for m in ("random", "oort", method):
+        c = curves.get(m)
+        hit = next((i + 1 for i, (_, a) in enumerate(c or []) if a >= target - 1e-12), None)
+        if hit is not None:
+            n[m] = hit
+    out["rounds_to_target"] = n
+    tr = rows.get("random", {}).get("time_to_target_s")
+    tm = rows.get(method, {}).get("time_to_target_s")
+    if tr and tm and n.get("random") and n.get(method):
+        out["rounds_ratio"] = n["random"] / n[method]
+        out["round_length_ratio"] = (tr / n["random"]) / (tm / n[method])
+
+
 def median(values: list[float | None]) -> float | None:
     xs = [v for v in values if v is not None]
     return statistics.median(xs) if xs else None
@@ -314,7 +342,8 @@ def table(
     rows = [seed_row(r, agg, method, windows) for r in runs]
     keys = ("fedhybrid_vs_random", "oort_vs_random", "fedhybrid_vs_oort", "final_points",
             "last_points", "wall_final_points", "wall_last_points", "vs_oracle_last_points",
-            "table4_vs_fastest", "equal_time_points")  # fmt: skip
+            "table4_vs_fastest", "equal_time_points", "rounds_ratio",
+            "round_length_ratio")  # fmt: skip
     med: dict = {k: median([r.get(k) for r in rows]) for k in keys}
     med["fedhybrid_5x_random"] = sum(1 for r in rows if (r.get("fedhybrid_vs_random") or 0) >= 5.0)
     # Oort never reached Random's best: no finite ratio (left out of the median, counted
@@ -514,6 +543,13 @@ def main(argv: list[str] | None = None) -> int:
               f"the median of {m['window_seeds'][key]} seeds (>= +5 on {m['window_5_points'][key]}; "
               "per seed: " + " / ".join(_f(r["window_points"][key], "+.1f") for r in out["rows"])
               + ")")  # fmt: skip
+    if m["rounds_ratio"] is not None:
+        print(f"{args.method}'s speed-up over Random = Random's rounds to the target over "
+              f"{args.method}'s x Random's s a round over {args.method}'s (to the target): "
+              f"{_f(m['rounds_ratio'], '.2f')} x {_f(m['round_length_ratio'], '.2f')} in the median "
+              "(per seed: " + " / ".join(
+                  f"{r['rounds_ratio']:.2f} x {r['round_length_ratio']:.2f}"
+                  for r in out["rows"] if "rounds_ratio" in r) + ")")  # fmt: skip
     if "round_s" in m:
         print("simulated s a round, median over seeds: "
               + " / ".join(f"{k} {_f(v, '.1f')}" for k, v in m["round_s"].items()))  # fmt: skip

@@ -364,3 +364,26 @@ def test_compare_runs_of_one_seed_and_config_are_merged(tmp_path, capsys):
     # the method compared must be in the merged seed, named by its directories
     assert mod.main([str(b), "--method", "fedhybrid"]) == 2
     assert f"{b} did not run 'fedhybrid'" in capsys.readouterr().err
+
+
+def test_the_speedup_splits_into_rounds_and_round_length(tmp_path, capsys):
+    """Random needs 3 rounds of 33.3 s to its best, FedHybrid 4 rounds of 5 s: 5x Random is
+    0.75 x as many rounds times 6.67 x shorter rounds; Oort never gets there."""
+    mod = load_benchmark("fedhybrid_seeds")
+    run = _run(0, 0.75, 0.6, 0.6, 20.0, None)
+    run["curves"] = {"fedprox": {
+        "random": [[40.0, 0.3], [80.0, 0.5], [100.0, 0.7]],
+        "fedhybrid": [[5.0, 0.2], [10.0, 0.4], [15.0, 0.6], [20.0, 0.7]],
+        "oort": [[50.0, 0.3], [120.0, 0.6]],
+    }}  # fmt: skip
+    files = _write_runs(tmp_path, "d", [run])
+    assert mod.main([*files, "--json"]) == 0
+    row = json.loads(capsys.readouterr().out)["rows"][0]
+    assert row["rounds_to_target"] == {"random": 3, "fedhybrid": 4}
+    assert row["rounds_ratio"] == pytest.approx(0.75)
+    assert row["round_length_ratio"] == pytest.approx(100 / 3 / 5)
+    assert row["rounds_ratio"] * row["round_length_ratio"] == pytest.approx(
+        row["fedhybrid_vs_random"]
+    )
+    assert mod.main(files) == 0
+    assert "0.75 x 6.67 in the median" in capsys.readouterr().out
