@@ -275,6 +275,10 @@ def seed_row(
     if method != "fedhybrid" or orc is None:
         out["last_points"] = last_mean_points(run, agg, method, "oort")
         out["vs_oracle_last_points"] = last_mean_points(run, agg, method, "oort-oracle")
+    orow = rows.get("oort-oracle")
+    if orc is None and orow and oo:  # the memory wall from a --compare directory's rows
+        out["wall_final_points"] = 100 * (orow["final_accuracy"] - oo["final_accuracy"])
+        out["wall_last_points"] = last_mean_points(run, agg, "oort-oracle", "oort")
     eq = equal_time_points(run, agg, method, "oort")
     if eq is not None:
         out["equal_time_points"] = eq["points"]

@@ -324,7 +324,9 @@ def test_compare_runs_of_one_seed_and_config_are_merged(tmp_path, capsys):
 
     mod = load_benchmark("fedhybrid_seeds")
     first, a = _tiny_compare(tmp_path, "random,oort,fedhybrid", "a")
-    second, b = _tiny_compare(tmp_path, "random,oort+recompute,fedhybrid-nopredictor", "b")
+    second, b = _tiny_compare(
+        tmp_path, "random,oort+recompute,fedhybrid-nopredictor,oort-oracle", "b"
+    )
     c = tmp_path / "c"  # the same runs recorded under another seed
     shutil.copytree(a, c)
     cfg = json.loads((c / "config.json").read_text())
@@ -345,12 +347,18 @@ def test_compare_runs_of_one_seed_and_config_are_merged(tmp_path, capsys):
     abl = out["ablations"]["fedhybrid-nopredictor"]
     assert abl["seeds"] == 1
     fh = next(r for r in json.loads((a / "summary.json").read_text()) if r["method"] == "fedhybrid")
-    nop = json.loads((b / "summary.json").read_text())[-1]
-    assert nop["method"] == "fedhybrid-nopredictor"
+    nop = next(
+        r
+        for r in json.loads((b / "summary.json").read_text())
+        if r["method"] == "fedhybrid-nopredictor"
+    )
     want = (nop["sim_time_s"] / nop["rounds"]) / (fh["sim_time_s"] / fh["rounds"])
     assert abl["round_ratio"] == pytest.approx(want)
+    # the memory wall: Oort-Oracle from the second directory against Oort from the first
+    want = 100 * (second["oort-oracle"]["final_accuracy"] - first["oort"]["final_accuracy"])
+    assert row["wall_final_points"] == pytest.approx(want)
     assert set(row["round_s"]) == {"random", "oort", "fedhybrid", "oort+recompute",
-                                   "fedhybrid-nopredictor"}  # fmt: skip
+                                   "fedhybrid-nopredictor", "oort-oracle"}  # fmt: skip
 
     # a shared method that differs is one error naming both directories
     bad = tmp_path / "bad"
