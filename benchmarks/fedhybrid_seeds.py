@@ -39,11 +39,11 @@ Such a directory also gives, per method over its configured rounds, the selected
 killed a round (over physical memory) and the share of rounds that lasted until the deadline.
 With ``--window`` and Oort-Oracle among the methods it also prints the memory wall over the
 window at equal rounds and at equal aggregated client updates (a killed client sends none;
---compare directories only). The speed-up over Random is split into Random's rounds to the target over the method's and
-Random's simulated seconds a round (to the target) over the method's: shorter rounds, or
-fewer of them. Directories of one config and seed are merged into one seed (a method they share must have
-the same summary row), so Table 4's baselines and Fig. 17's ablations can run later, each
-beside Random, which sets the target:
+--compare directories only). The speed-up over Random is split into Random's rounds to the
+target over the method's and Random's simulated seconds a round (to the target) over the
+method's: shorter rounds, or fewer of them. Directories of one config and seed are merged
+into one seed (a method they share must have the same summary row), so Table 4's baselines
+and Fig. 17's ablations can run later, each beside Random, which sets the target:
 
     edgetrain federate examples/federated-mnist.yaml --compare --seed $s --output-root t4$s \
       --methods random,heterofl,oort+recompute,oort+swap,oort+compress
