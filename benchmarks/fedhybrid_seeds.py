@@ -37,13 +37,11 @@ examples themselves can be tabled over seeds:
 
 Such a directory also gives, per method over its configured rounds, the selected clients
 killed a round (over physical memory) and the share of rounds that lasted until the deadline.
-With ``--window`` and Oort-Oracle among the methods it also prints the memory wall over the
-window at equal rounds and at equal aggregated client updates (a killed client sends none;
---compare directories only). The speed-up over Random is split into Random's rounds to the
-target over the method's and Random's simulated seconds a round (to the target) over the
-method's: shorter rounds, or fewer of them. Directories of one config and seed are merged
-into one seed (a method they share must have the same summary row), so Table 4's baselines
-and Fig. 17's ablations can run later, each beside Random, which sets the target:
+The speed-up over Random is split into Random's rounds to the target over the method's and
+Random's simulated seconds a round (to the target) over the method's: shorter rounds, or
+fewer of them. Directories of one config and seed are merged into one seed (a method they
+share must have the same summary row), so Table 4's baselines and Fig. 17's ablations can run
+later, each beside Random, which sets the target:
 
     edgetrain federate examples/federated-mnist.yaml --compare --seed $s --output-root t4$s \
       --methods random,heterofl,oort+recompute,oort+swap,oort+compress
@@ -85,7 +83,7 @@ def load_compare_dir(path: Path) -> dict:
         rows = json.loads((run_dir / "summary.json").read_text())
         cfg = json.loads((run_dir / "config.json").read_text())
         n_rounds = cfg["federated"]["rounds"]
-        curves, failures, updates = {}, {}, {}
+        curves, failures = {}, {}
         for r in rows:
             if "skipped" in r:
                 continue
@@ -95,17 +93,11 @@ def load_compare_dir(path: Path) -> dict:
                 [x["sim_time_s"], x["accuracy"]] for x in recs if x.get("accuracy") is not None
             ]
             failures[r["method"]] = round_failures(recs[:n_rounds])
-            done, updates[r["method"]] = 0, []
-            for x in recs:  # aggregated client updates by each evaluated round
-                done += x.get("n_aggregated", 0)
-                if x.get("accuracy") is not None:
-                    updates[r["method"]].append(done)
     except (OSError, json.JSONDecodeError, KeyError, TypeError) as e:
         raise ValueError(f"{run_dir}: not a complete --compare run directory ({e})") from e
     agg = cfg.get("federated", {}).get("aggregator", "fedprox")
     run = {"seed": cfg.get("seed"), "tables": {agg: rows}, "curves": {agg: curves},
-           "failures": {agg: failures}, "updates": {agg: updates}, "source": str(run_dir),
-           "config": cfg}  # fmt: skip
+           "failures": {agg: failures}, "source": str(run_dir), "config": cfg}  # fmt: skip
     _ablations_from_rows(run, agg)
     return run
 
@@ -160,7 +152,7 @@ def merge_compare_runs(runs: list[dict]) -> list[dict]:
                 continue
             base["tables"][agg].append(r)
             have[m] = r
-            for block in ("curves", "failures", "updates"):
+            for block in ("curves", "failures"):
                 if m in run.get(block, {}).get(agg, {}):
                     base[block][agg][m] = run[block][agg][m]
         base["source"] = f"{base['source']} + {run['source']}"
@@ -190,27 +182,6 @@ def window_points(run: dict, agg: str, method: str, ref: str, lo: int, hi: int) 
         return None
     return 100 * (statistics.fmean(x for _, x in a[lo - 1 : hi])
                   - statistics.fmean(x for _, x in b[lo - 1 : hi]))  # fmt: skip
-
-
-def equal_updates_points(
-    run: dict, agg: str, method: str, ref: str, lo: int, hi: int
-) -> float | None:
-    """``method`` − ``ref`` in points at equal aggregated client updates: ``ref``'s mean
-    accuracy over its rounds ``lo``..``hi`` against ``method``'s over its rounds whose total
-    of aggregated updates falls in the same span (more than ``ref`` had aggregated by round
-    ``lo`` − 1, at most its total by round ``hi``). Splits a memory wall at equal rounds into
-    the updates a killed client never sends and the rest (the data it holds). None without
-    the updates (fedhybrid_tta.py JSON), or where no round of ``method`` falls in the span."""
-    curves = run.get("curves", {}).get(agg, {})
-    done = run.get("updates", {}).get(agg, {})
-    a, b, ua, ub = curves.get(method), curves.get(ref), done.get(method), done.get(ref)
-    if not (a and b and ua and ub) or len(b) < hi:
-        return None
-    first, last = (ub[lo - 2] if lo > 1 else 0), ub[hi - 1]
-    same = [acc for (_, acc), n in zip(a, ua, strict=True) if first < n <= last]
-    if not same:
-        return None
-    return 100 * (statistics.fmean(same) - statistics.fmean(x for _, x in b[lo - 1 : hi]))
 
 
 def last_mean_points(run: dict, agg: str, method: str, ref: str) -> float | None:
@@ -325,11 +296,6 @@ def seed_row(
         out.setdefault("window_points", {})[f"{lo}-{hi}"] = window_points(
             run, agg, method, "oort", lo, hi
         )
-        if orow and oo:  # the memory wall over the window: equal rounds, equal updates
-            out.setdefault("wall_window", {})[f"{lo}-{hi}"] = {
-                "rounds": window_points(run, agg, "oort-oracle", "oort", lo, hi),
-                "updates": equal_updates_points(run, agg, "oort-oracle", "oort", lo, hi),
-            }
     if run.get("failures", {}).get(agg):
         out["failures"] = run["failures"][agg]
     held = run.get("held", {}).get(agg)
@@ -415,11 +381,6 @@ def table(
             1 for v in vals if v is not None and v >= 5.0 - 1e-9
         )
         med.setdefault("window_seeds", {})[key] = sum(1 for v in vals if v is not None)
-        walls = [r["wall_window"][key] for r in rows if key in r.get("wall_window", {})]
-        if walls:
-            med.setdefault("wall_window", {})[key] = {
-                k: median([w[k] for w in walls]) for k in ("rounds", "updates")
-            }
     failed = sorted({m for r in rows for m in r.get("failures", {})})
     if failed:
         med["failures"] = {
@@ -585,13 +546,6 @@ def main(argv: list[str] | None = None) -> int:
         print(f"rounds {key}: {args.method} - Oort {_f(m['window_points'][key], '+.1f')} points in "
               f"the median of {m['window_seeds'][key]} seeds (>= +5 on {m['window_5_points'][key]}; "
               "per seed: " + " / ".join(_f(r["window_points"][key], "+.1f") for r in out["rows"])
-              + ")")  # fmt: skip
-    for key, w in m.get("wall_window", {}).items():
-        per = [r["wall_window"][key] for r in out["rows"] if key in r.get("wall_window", {})]
-        print(f"the memory wall over rounds {key} (Oort-Oracle - Oort): {_f(w['rounds'], '+.1f')} "
-              f"points at equal rounds, {_f(w['updates'], '+.1f')} at equal aggregated updates, "
-              f"median of {len(per)} seeds (per seed: "
-              + " / ".join(f"{_f(x['rounds'], '+.1f')}, {_f(x['updates'], '+.1f')}" for x in per)
               + ")")  # fmt: skip
     if m["rounds_ratio"] is not None:
         print(f"{args.method}'s speed-up over Random = Random's rounds to the target over "

@@ -360,27 +360,6 @@ def test_compare_runs_of_one_seed_and_config_are_merged(tmp_path, capsys):
     assert set(row["round_s"]) == {"random", "oort", "fedhybrid", "oort+recompute",
                                    "fedhybrid-nopredictor", "oort-oracle"}  # fmt: skip
 
-    # the wall over rounds 1-2 reads each directory's metrics.jsonl: Oort's rounds against
-    # the oracle's rounds that hold as many aggregated updates
-    assert mod.main([str(a), str(b), "--json", "--window", "1-2"]) == 0
-    wall = json.loads(capsys.readouterr().out)["rows"][0]["wall_window"]["1-2"]
-
-    def recs(d, m):
-        return [json.loads(x) for x in (d / m / "metrics.jsonl").read_text().splitlines()]
-
-    oo, orc = recs(a, "oort")[:2], recs(b, "oort-oracle")
-    oort_mean = sum(r["accuracy"] for r in oo) / 2
-    assert wall["rounds"] == pytest.approx(
-        100 * (sum(r["accuracy"] for r in orc[:2]) / 2 - oort_mean)
-    )
-    total, same = 0, []
-    for r in orc:
-        total += r["n_aggregated"]
-        if 0 < total <= oo[0]["n_aggregated"] + oo[1]["n_aggregated"]:
-            same.append(r["accuracy"])
-    want = 100 * (sum(same) / len(same) - oort_mean) if same else None
-    assert wall["updates"] == (pytest.approx(want) if same else None)
-
     # a shared method that differs is one error naming both directories
     bad = tmp_path / "bad"
     shutil.copytree(b, bad)
@@ -416,32 +395,3 @@ def test_the_speedup_splits_into_rounds_and_round_length(tmp_path, capsys):
     )
     assert mod.main(files) == 0
     assert "0.75 x 6.67 in the median" in capsys.readouterr().out
-
-
-def test_the_memory_wall_at_equal_rounds_and_at_equal_updates(tmp_path, capsys):
-    """Oort aggregates 7 updates a round, the oracle 10. Over rounds 3-4 Oort holds 35 %
-    with updates 15-28; the oracle's round with that many (its 2nd, 20 updates) holds 40 %:
-    +5.0 points at equal updates, +20.0 at equal rounds (55 % over its rounds 3-4)."""
-    mod = load_benchmark("fedhybrid_seeds")
-    run = _run(0, 0.75, 0.4, 0.6, 20.0, None)
-    run["tables"]["fedprox"].append(
-        {"method": "oort-oracle", "final_accuracy": 0.6, "time_to_target_s": None}
-    )
-    run["curves"] = {"fedprox": {
-        "oort": [[10.0, 0.1], [20.0, 0.2], [30.0, 0.3], [40.0, 0.4]],
-        "oort-oracle": [[5.0, 0.2], [10.0, 0.4], [15.0, 0.5], [20.0, 0.6]],
-    }}  # fmt: skip
-    run["updates"] = {"fedprox": {"oort": [7, 14, 21, 28], "oort-oracle": [10, 20, 30, 40]}}
-    files = _write_runs(tmp_path, "w", [run])
-    assert mod.main([*files, "--json", "--window", "3-4"]) == 0
-    row = json.loads(capsys.readouterr().out)["rows"][0]
-    assert row["wall_window"]["3-4"] == {
-        "rounds": pytest.approx(20.0),
-        "updates": pytest.approx(5.0),
-    }
-    assert mod.main([*files, "--window", "3-4", "--window", "1-4"]) == 0
-    text = capsys.readouterr().out
-    assert "+20.0 points at equal rounds, +5.0 at equal aggregated updates" in text
-    # rounds 1-4: Oort's 1-28 updates hold 25 %, the oracle's rounds 1-2 (10, 20) 30 %, and
-    # its rounds 1-4 42.5 %
-    assert "rounds 1-4 (Oort-Oracle - Oort): +17.5 points at equal rounds, +5.0" in text
