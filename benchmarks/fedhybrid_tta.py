@@ -60,6 +60,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+import yaml
 
 from edgetrain.config import parse_config
 from edgetrain.federated import FederatedConfig, FederatedServer, build_environment, compare
@@ -782,6 +783,11 @@ def main(argv: list[str] | None = None) -> int:
         help="also run the optimizer / compression / predictor ablations under Random "
         "selection (compare with fedhybrid-noselector)",
     )  # fmt: skip
+    ap.add_argument(
+        "--dump-config", metavar="FILE", default=None,
+        help="write the task's config (the first aggregator, these flags) as an edgetrain "
+        "federate YAML and exit, e.g. to run one method or a changed setting with the command",
+    )  # fmt: skip
     args = ap.parse_args(argv)
     if args.scale_only and args.no_scale:
         ap.error("--scale-only and --no-scale exclude each other")
@@ -812,6 +818,17 @@ def main(argv: list[str] | None = None) -> int:
     if args.clip_grad_norm is not None:  # 0 turns a task's clipping off (kept as None)
         semantics["clip_grad_norm"] = args.clip_grad_norm or None
     task_fields = TASK_FIELDS[args.task](args.quick)
+    if args.dump_config:
+        cfg = task_config(
+            args.quick, args.aggregators.split(",")[0], args.seed, args.rounds, args.m_g,
+            semantics, local_epochs=args.local_epochs, batch=args.batch, plans=plans,
+            task=args.task, low_memory_classes=args.low_memory_classes,
+            word_vectors=args.word_vectors,
+        )  # fmt: skip
+        text = yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False)
+        Path(args.dump_config).write_text(text)
+        print(f"wrote {args.dump_config}: edgetrain federate {args.dump_config} ...")
+        return 0
     out: dict = {
         "seed": args.seed, "low_memory_classes": args.low_memory_classes,
         "tables": {}, "ablations": {}, "semantics": semantics,

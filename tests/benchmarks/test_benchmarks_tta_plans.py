@@ -73,3 +73,24 @@ def test_pinned_plans_cover_every_fedhybrid_bucket(tta, task):
     for baseline in ("melon", "capuchin", "gact"):
         assert sum(s == baseline for s, _ in service.table) == seeds, baseline
     assert service.planner_calls == 0  # loading plans nothing
+
+
+def test_dump_config_writes_the_task_as_a_federate_yaml(tta, tmp_path, capsys):
+    """--dump-config writes the config the benchmark would run (flags applied, the task's kept
+    plans named), which `edgetrain federate` loads back to the same config."""
+    from edgetrain.config import load_config
+    from edgetrain.federated import FederatedConfig
+
+    path = tmp_path / "proxy.yaml"
+    argv = ["--aggregators", "fedprox", "--seed", "3", "--overcommit", "1.0", "--rounds", "7"]
+    assert tta.main([*argv, "--dump-config", str(path)]) == 0
+    assert f"wrote {path}" in capsys.readouterr().out
+    cfg = load_config(path, schema=FederatedConfig)
+    want = tta.task_config(
+        False, "fedprox", 3, 7, semantics={"overcommit": 1.0},
+        plans=tta.plans_file("pinned", "mnist", False),
+    )  # fmt: skip
+    assert cfg == want
+    assert cfg.seed == 3 and cfg.federated.overcommit == 1.0 and cfg.federated.rounds == 7
+    assert cfg.memory.plans == str(tta.PINNED_PLANS / "mnist.json")
+    assert cfg.model.name == "lenet"
