@@ -113,6 +113,11 @@ def _ablations_from_rows(run: dict, agg: str) -> None:
         }
 
 
+def _without_wall(row: dict) -> dict:
+    """A summary row less its wall seconds, the one field a rerun may change."""
+    return {k: v for k, v in row.items() if k != "wall_s"}
+
+
 def merge_compare_runs(runs: list[dict]) -> list[dict]:
     """Several --compare directories of one seed and config as one run: e.g. the README
     example's ``random,oort,fedhybrid`` beside ``random,heterofl,oort+recompute,...`` run
@@ -135,16 +140,10 @@ def merge_compare_runs(runs: list[dict]) -> list[dict]:
         base = by_key[key]
         (agg,) = run["tables"]
         have = {r["method"]: r for r in base["tables"][agg]}
-
-        def same(a: dict, b: dict) -> bool:
-            return {k: v for k, v in a.items() if k != "wall_s"} == {
-                k: v for k, v in b.items() if k != "wall_s"
-            }
-
         for r in run["tables"][agg]:
             m = r["method"]
             if m in have:
-                if not same(have[m], r):
+                if _without_wall(have[m]) != _without_wall(r):
                     raise ValueError(
                         f"{base['source']} and {run['source']} ran {m!r} with one config and "
                         "seed but differ (another machine or code version?); table them apart"
