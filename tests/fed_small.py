@@ -48,3 +48,27 @@ def tiny_plan_service(batch: int):
     x = models.example_input(m, batch, gen)
     y = torch.randint(0, 10, (batch,), generator=gen)
     return PlanService(m, x, y, "mobilenetv2", bucket=0.1, repeats=1)
+
+
+def tiny_compare(tmp_path, methods, root="runs", **federated):
+    """``edgetrain federate --compare --methods METHODS`` on an 8-phone fleet, 2 rounds (or
+    the ``federated`` section's overrides): its --json summary by method and its run
+    directory."""
+    import yaml
+    from typer.testing import CliRunner
+
+    from edgetrain.cli import app
+
+    cfg = json.loads(json.dumps(SMALL_FLEET))
+    cfg.update(name="ex", seed=2, data={"max_samples": 400}, fleet={"clients": 8})
+    cfg["federated"].update(rounds=2, clients_per_round=3, local_steps=1, aggregator="fedprox")
+    cfg["federated"].update(federated)
+    cfg["memory"]["bucket"] = 0.2
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    argv = ["federate", str(path), "--output-root", str(tmp_path / root), "--json",
+            "--compare", "--methods", methods]  # fmt: skip
+    r = CliRunner().invoke(app, argv)
+    assert r.exit_code == 0, r.output
+    summary = {x["method"]: x for x in json.loads(r.stdout)}
+    return summary, next((tmp_path / root).glob("ex-compare*"))

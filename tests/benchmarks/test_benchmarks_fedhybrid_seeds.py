@@ -5,6 +5,7 @@ import json
 import pytest
 
 from bench_loader import load_benchmark
+from fed_small import tiny_compare
 
 
 def _run(seed, fh, oort, oracle_final, fh_time, oort_time, held=None):
@@ -250,33 +251,10 @@ def test_equal_simulated_time_reads_the_last_eighth_of_the_common_time(tmp_path,
     assert "rounds by then, per seed: 16:4 / 16:1)" in text
 
 
-def _tiny_compare(tmp_path, methods, root="runs"):
-    """``edgetrain federate --compare --methods METHODS`` on an 8-phone fleet, 2 rounds: its
-    --json summary by method and its run directory."""
-    import yaml
-    from typer.testing import CliRunner
-
-    from edgetrain.cli import app
-    from fed_small import SMALL_FLEET
-
-    cfg = json.loads(json.dumps(SMALL_FLEET))
-    cfg.update(name="ex", seed=2, data={"max_samples": 400}, fleet={"clients": 8})
-    cfg["federated"].update(rounds=2, clients_per_round=3, local_steps=1, aggregator="fedprox")
-    cfg["memory"]["bucket"] = 0.2
-    path = tmp_path / "c.yaml"
-    path.write_text(yaml.safe_dump(cfg))
-    argv = ["federate", str(path), "--output-root", str(tmp_path / root), "--json",
-            "--compare", "--methods", methods]  # fmt: skip
-    r = CliRunner().invoke(app, argv)
-    assert r.exit_code == 0, r.output
-    summary = {x["method"]: x for x in json.loads(r.stdout)}
-    return summary, next((tmp_path / root).glob("ex-compare*"))
-
-
 def test_a_federate_compare_run_directory_is_read_as_one_seed(tmp_path, capsys):
     """The README's examples are tabled from their own run directories: the seed from the
     config, the figures from summary.json, the windows from each method's metrics.jsonl."""
-    summary, run_dir = _tiny_compare(tmp_path, "random,oort,fedhybrid")
+    summary, run_dir = tiny_compare(tmp_path, "random,oort,fedhybrid")
 
     mod = load_benchmark("fedhybrid_seeds")
     # the run directory itself, or the folder that holds it
@@ -323,8 +301,8 @@ def test_compare_runs_of_one_seed_and_config_are_merged(tmp_path, capsys):
     import shutil
 
     mod = load_benchmark("fedhybrid_seeds")
-    first, a = _tiny_compare(tmp_path, "random,oort,fedhybrid", "a")
-    second, b = _tiny_compare(
+    first, a = tiny_compare(tmp_path, "random,oort,fedhybrid", "a")
+    second, b = tiny_compare(
         tmp_path, "random,oort+recompute,fedhybrid-nopredictor,oort-oracle", "b"
     )
     c = tmp_path / "c"  # the same runs recorded under another seed
