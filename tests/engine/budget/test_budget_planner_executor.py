@@ -219,6 +219,31 @@ def test_budget_error_states_minimum(setup):
     assert minimum_budget(prof, "hybrid") <= minimum_budget(prof, "recompute")
 
 
+def test_the_stated_minimum_is_exact_where_a_walk_under_a_lower_budget_goes_lower():
+    """Algorithm 1's forward walk evicts at each step until that step fits, so its path
+    depends on the budget. On this recorded profile (the CNN above, profiled beside other
+    jobs) the hybrid walk under the budget-1 walks' lowest peak less one ends 772 bytes
+    lower; the stated minimum is that lower peak, the budget a byte below it is refused
+    naming it, and every budget from it up is planned."""
+    from pathlib import Path
+
+    from edgetrain.engine.budget.planner import _greedy, _walks
+    from edgetrain.engine.budget.profile_io import profile_from_json
+    from edgetrain.engine.budget.swap import IoContentionModel
+
+    fixture = Path(__file__).parent / "fixtures" / "descent_profile.json"
+    prof, _ = profile_from_json(json.loads(fixture.read_text()))
+    io = IoContentionModel()
+    walks = _walks(prof, "hybrid")
+    budget1 = min(_greedy(prof, 1, m, io, r, f, "saved").best_peak for m, r, f in walks)
+    lo = minimum_budget(prof, "hybrid")
+    assert budget1 - lo == 772  # the case: the budget-1 walks do not reach the minimum
+    with pytest.raises(BudgetError, match=f"minimum feasible budget is {lo:,} bytes"):
+        plan(prof, lo - 1, "hybrid")
+    for budget in (lo, lo + 1, (lo + budget1) // 2, budget1 - 1, budget1):
+        assert plan(prof, budget, "hybrid").predicted_peak_bytes <= budget
+
+
 @settings(
     max_examples=8, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
