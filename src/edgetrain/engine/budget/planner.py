@@ -1160,7 +1160,7 @@ def minimum_budget(
 #: descent steps :func:`_descend` takes below the budget-1 walks' lowest peak, at most.
 #: Found (round 50): the planner test's small CNN, profiled beside other jobs, gave profiles
 #: on which the hybrid walk under (budget-1 minimum - 1) ends 772 bytes lower (one is kept in
-#: tests/engine/budget/fixtures/descent_profile.json); one step sufficed on each.  Without
+#: tests/engine/budget/fixtures/descent_profile.json, where one step suffices).  Without
 #: the descent BudgetError stated the higher figure and plan() fitted the budget below it.
 DESCENT_MAX = 8
 
