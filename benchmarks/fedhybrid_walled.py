@@ -35,6 +35,9 @@ from pathlib import Path
 
 import numpy as np
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from fedhybrid_seeds import parse_window  # noqa: E402  (a sibling script, not a package)
+
 #: the config sections that fix which phones are walled and which samples they hold
 SHARED = ("seed", "data", "fleet", "partition", "memory", "model")
 
@@ -146,7 +149,9 @@ def summary(rows: list[dict]) -> dict:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--pair", nargs=2, action="append", metavar=("BASE", "OTHER"), required=True)
-    ap.add_argument("--window", default=None, help="rounds A-B (default: the last eighth)")
+    ap.add_argument(
+        "--window", type=parse_window, default=None, help="rounds A-B (default: the last eighth)"
+    )
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
     rows = []
@@ -154,7 +159,7 @@ def main(argv: list[str] | None = None) -> int:
         for base, other in args.pair:
             base, other = Path(base), Path(other)
             if args.window:
-                lo, hi = (int(x) for x in args.window.split("-"))
+                lo, hi = args.window
             else:
                 n = run_config(base)["federated"]["rounds"]
                 lo, hi = n - max(1, n // 8) + 1, n

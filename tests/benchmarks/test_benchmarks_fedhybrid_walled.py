@@ -88,3 +88,8 @@ def test_a_pair_from_different_fleets_or_missing_rounds_is_refused(oracle_run, t
 
     assert mod.main(["--pair", str(tmp_path), str(same)]) == 2
     assert "no config.json" in capsys.readouterr().err
+
+    with pytest.raises(SystemExit) as e:  # argparse's exit, with fedhybrid_seeds' message
+        mod.main(["--pair", str(oracle_run / "random"), str(same), "--window", "3-2"])
+    assert e.value.code == 2
+    assert "expected FIRST-LAST rounds" in capsys.readouterr().err
