@@ -73,6 +73,8 @@ def test_contract_attributes_name_real_modules(name):
     ("name", "options", "shape"),
     [
         ("lenet", {"in_channels": 3, "length": 64, "num_classes": 5}, (3, 64)),
+        ("lenet", {"in_channels": 28, "length": 28, "num_classes": 10, "norm": "batch"}, (28, 28)),
+        ("lenet", {"in_channels": 28, "length": 28, "num_classes": 10, "norm": "group"}, (28, 28)),
         ("alexnet", {"in_channels": 77, "length": 96, "fc_width": 64}, (77, 96)),
         ("cnn-lstm", {"in_channels": 6, "length": 40, "hidden": 16}, (6, 40)),
         ("cct2", {"in_channels": 1, "input_size": 28, "num_classes": 10}, (1, 28, 28)),
@@ -136,6 +138,7 @@ def test_example_input_text_has_padding_tail_and_is_seeded():
         (lambda: models.build("cct2", num_heads=3), "divisible"),
         (lambda: models.build("cct2", positional_embedding="rope"), "learnable"),
         (lambda: models.build("lenet", length=8), "too short"),
+        (lambda: models.build("lenet", norm="layer"), "one of ['none', 'batch', 'group']"),
         (lambda: models.build("alexnet", length=10), "too short"),
         (lambda: models.build("shufflenetv2", width_mult=0.75), "one of [0.5, 1.0, 1.5, 2.0]"),
         (lambda: models.build("bert-small", hidden=30, heads=4), "divisible"),
@@ -194,3 +197,22 @@ def test_spec_exposes_defaults_and_builder():
     assert s.defaults["embed_dim"] == 128 and s.defaults["num_heads"] == 2
     assert s.paper_params == 280_000
     assert s.builder(**s.defaults).num_classes == 10
+
+
+def test_lenet_norm_adds_one_normalisation_after_each_conv_and_the_dense_layer():
+    plain = models.build("lenet", in_channels=28, length=28, num_classes=10, seed=0)
+    assert not any(isinstance(m, nn.BatchNorm1d | nn.GroupNorm) for m in plain.modules())
+    # the default is DL4J's LeNet, parameter for parameter
+    assert models.count_params(plain) == 113_380
+    for norm, kind in (("batch", nn.BatchNorm1d), ("group", nn.GroupNorm)):
+        model = models.build("lenet", in_channels=28, length=28, num_classes=10, norm=norm)
+        widths = [
+            m.num_features if norm == "batch" else m.num_channels
+            for m in model.modules()
+            if isinstance(m, kind)
+        ]
+        assert widths == [20, 50, 500]
+        # two affine parameters per normalised channel
+        assert models.count_params(model) == 113_380 + 2 * (20 + 50 + 500)
+    batch = models.build("lenet", in_channels=28, length=28, num_classes=10, norm="batch")
+    assert any(k.endswith("running_mean") for k in batch.state_dict())

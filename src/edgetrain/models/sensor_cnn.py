@@ -13,6 +13,13 @@ as input channels:
   ReLU -> dense classes. Dropout is left out so training graphs are
   deterministic; ``fc_width`` shrinks the two 4096-wide layers.
 
+DL4J's LeNet has no normalisation. ``build_lenet(norm=...)`` adds one after
+each convolution and after the 500-wide dense layer, for controlled
+comparisons with normalised models (round 51: does normalisation change what
+federated training does with class-skewed clients?): ``"batch"``
+(BatchNorm1d, running statistics in the state dict) or ``"group"``
+(GroupNorm with 5 groups, no batch dependence, no running statistics).
+
 Defaults follow UCI HAR in MDLdroid Table 1 (9 channels, 6 classes) with the
 usual 128-sample window. MDLdroid reports no parameter counts for these two.
 """
@@ -24,7 +31,7 @@ from torch import nn
 
 from edgetrain.errors import ModelError
 from edgetrain.models.base import annotate
-from edgetrain.models.registry import positive
+from edgetrain.models.registry import positive, require
 
 
 def flat_features(name: str, features: nn.Module, in_channels: int, length: int) -> int:
@@ -40,13 +47,26 @@ def flat_features(name: str, features: nn.Module, in_channels: int, length: int)
     return int(out[0].numel())
 
 
+LENET_NORMS = ("none", "batch", "group")
+
+
+def _norm(kind: str, channels: int) -> list[nn.Module]:
+    if kind == "batch":
+        return [nn.BatchNorm1d(channels)]
+    if kind == "group":
+        return [nn.GroupNorm(5, channels)]
+    return []
+
+
 class LeNet1D(nn.Module):
-    def __init__(self, in_channels: int, length: int, num_classes: int):
+    def __init__(self, in_channels: int, length: int, num_classes: int, norm: str = "none"):
         super().__init__()
-        self.stage1 = nn.Sequential(nn.Conv1d(in_channels, 20, 5), nn.MaxPool1d(2, 2))
-        self.stage2 = nn.Sequential(nn.Conv1d(20, 50, 5), nn.MaxPool1d(2, 2))
+        self.stage1 = nn.Sequential(
+            nn.Conv1d(in_channels, 20, 5), *_norm(norm, 20), nn.MaxPool1d(2, 2)
+        )
+        self.stage2 = nn.Sequential(nn.Conv1d(20, 50, 5), *_norm(norm, 50), nn.MaxPool1d(2, 2))
         flat = flat_features("lenet", nn.Sequential(self.stage1, self.stage2), in_channels, length)
-        self.fc = nn.Sequential(nn.Flatten(), nn.Linear(flat, 500), nn.ReLU())
+        self.fc = nn.Sequential(nn.Flatten(), nn.Linear(flat, 500), *_norm(norm, 500), nn.ReLU())
         self.classifier = nn.Linear(500, num_classes)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -85,10 +105,16 @@ class AlexNet1D(nn.Module):
         return self.classifier(self.fc2(self.fc1(x)))
 
 
-def build_lenet(in_channels: int = 9, length: int = 128, num_classes: int = 6) -> nn.Module:
-    """DL4J LeNet adapted to 1-D sensor windows."""
+def build_lenet(
+    in_channels: int = 9, length: int = 128, num_classes: int = 6, norm: str = "none"
+) -> nn.Module:
+    """DL4J LeNet adapted to 1-D sensor windows (``norm``: see the module docstring)."""
     positive("lenet", in_channels=in_channels, length=length, num_classes=num_classes)
-    model = LeNet1D(in_channels, length, num_classes)
+    require(
+        norm in LENET_NORMS,
+        f"option 'norm' of model 'lenet' must be one of {list(LENET_NORMS)}, got {norm!r}",
+    )
+    model = LeNet1D(in_channels, length, num_classes, norm)
     return annotate(
         model,
         input_shape=(in_channels, length),
