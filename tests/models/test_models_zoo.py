@@ -199,7 +199,7 @@ def test_spec_exposes_defaults_and_builder():
     assert s.builder(**s.defaults).num_classes == 10
 
 
-def test_lenet_norm_adds_one_normalisation_after_each_conv_and_the_dense_layer():
+def test_lenet_norm_adds_one_normalisation_after_each_convolution():
     plain = models.build("lenet", in_channels=28, length=28, num_classes=10, seed=0)
     assert not any(isinstance(m, nn.BatchNorm1d | nn.GroupNorm) for m in plain.modules())
     # the default is DL4J's LeNet, parameter for parameter
@@ -211,8 +211,11 @@ def test_lenet_norm_adds_one_normalisation_after_each_conv_and_the_dense_layer()
             for m in model.modules()
             if isinstance(m, kind)
         ]
-        assert widths == [20, 50, 500]
+        assert widths == [20, 50]
         # two affine parameters per normalised channel
-        assert models.count_params(model) == 113_380 + 2 * (20 + 50 + 500)
+        assert models.count_params(model) == 113_380 + 2 * (20 + 50)
+        # a batch of one window trains (statistics over time as well as the batch)
+        model.train()
+        model(torch.randn(1, 28, 28)).sum().backward()
     batch = models.build("lenet", in_channels=28, length=28, num_classes=10, norm="batch")
     assert any(k.endswith("running_mean") for k in batch.state_dict())

@@ -14,11 +14,13 @@ as input channels:
   deterministic; ``fc_width`` shrinks the two 4096-wide layers.
 
 DL4J's LeNet has no normalisation. ``build_lenet(norm=...)`` adds one after
-each convolution and after the 500-wide dense layer, for controlled
-comparisons with normalised models (round 51: does normalisation change what
-federated training does with class-skewed clients?): ``"batch"``
-(BatchNorm1d, running statistics in the state dict) or ``"group"``
-(GroupNorm with 5 groups, no batch dependence, no running statistics).
+each convolution (as MobileNetV2 has, whose classifier is a plain linear
+layer), for controlled comparisons with normalised models (round 51: does
+normalisation change what federated training does with class-skewed
+clients?): ``"batch"`` (BatchNorm1d, running statistics in the state dict) or
+``"group"`` (GroupNorm with 5 groups, no batch dependence, no running
+statistics). Both normalise over time as well as the batch, so a batch of one
+window trains.
 
 Defaults follow UCI HAR in MDLdroid Table 1 (9 channels, 6 classes) with the
 usual 128-sample window. MDLdroid reports no parameter counts for these two.
@@ -66,7 +68,7 @@ class LeNet1D(nn.Module):
         )
         self.stage2 = nn.Sequential(nn.Conv1d(20, 50, 5), *_norm(norm, 50), nn.MaxPool1d(2, 2))
         flat = flat_features("lenet", nn.Sequential(self.stage1, self.stage2), in_channels, length)
-        self.fc = nn.Sequential(nn.Flatten(), nn.Linear(flat, 500), *_norm(norm, 500), nn.ReLU())
+        self.fc = nn.Sequential(nn.Flatten(), nn.Linear(flat, 500), nn.ReLU())
         self.classifier = nn.Linear(500, num_classes)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
