@@ -76,3 +76,55 @@ def test_divergence_is_a_clear_error():
     x, y = _blobs(40)
     with pytest.raises(ConfigError, match="diverged"):
         train_classifier(model, x * 1e30, y, x, y, epochs=2, batch_size=8, lr=1.0, optimizer="sgd")
+
+
+def _flat_bn(d_in=2):
+    torch.manual_seed(0)
+    return torch.nn.Sequential(
+        torch.nn.Linear(d_in, 8), torch.nn.BatchNorm1d(8), torch.nn.ReLU(), torch.nn.Linear(8, 3)
+    )
+
+
+def test_a_batch_of_one_that_batchnorm_cannot_train_is_refused_before_the_first_step():
+    x, y = _blobs(n=40)
+    model = _flat_bn()
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    # 17 training samples in batches of 16 end each epoch with a batch of one
+    with pytest.raises(ConfigError, match=r"batch_size 16 leaves a batch of one sample") as info:
+        train_classifier(
+            model, x[:17], y[:17], x[20:], y[20:], epochs=1, batch_size=16, lr=0.05,
+            generator=torch.Generator().manual_seed(0),
+        )  # fmt: skip
+    assert "n % batch_size != 1" in str(info.value)
+    # the probe ran on a copy: weights and running statistics are untouched
+    assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
+    # 18 samples leave a batch of two: trains
+    hist = train_classifier(
+        model, x[:18], y[:18], x[20:], y[20:], epochs=1, batch_size=16, lr=0.05,
+        generator=torch.Generator().manual_seed(0),
+    )  # fmt: skip
+    assert len(hist) == 1
+
+
+@pytest.mark.parametrize(
+    ("sizes", "batch", "refused"),
+    [([17, 32], 16, [0]), ([1, 5], 16, [0]), ([5, 32, 33], 16, [2]), ([16, 2, 0], 16, [])],
+)
+def test_check_one_sample_batches_names_every_holder_with_a_tail_of_one(sizes, batch, refused):
+    from edgetrain.engine.trainer import check_one_sample_batches
+
+    x = torch.randn(4, 2)
+    if not refused:
+        check_one_sample_batches(_flat_bn(), x, sizes, batch, "clients")
+        return
+    with pytest.raises(ConfigError) as info:
+        check_one_sample_batches(_flat_bn(), x, sizes, batch, "clients")
+    assert f"on {len(refused)} clients ({', '.join(map(str, refused))})" in str(info.value)
+
+
+def test_batchnorm_that_trains_on_one_sample_is_not_refused():
+    from edgetrain.engine.trainer import check_one_sample_batches
+
+    # BatchNorm over (N, C, L) has L values per channel: one sample trains
+    model = torch.nn.Sequential(torch.nn.Conv1d(2, 4, 3), torch.nn.BatchNorm1d(4))
+    check_one_sample_batches(model, torch.randn(3, 2, 8), [17], 16, "clients")

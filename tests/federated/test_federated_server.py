@@ -410,3 +410,25 @@ def test_progress_reports_each_plan_bucket_and_each_round(env, plans):
     quiet = FederatedServer(env, "random", "fedavg", None, plans)  # no callback: no events
     quiet.run(1)
     assert len(events) == len(made) + 3
+
+
+def test_a_client_whose_last_batch_batchnorm_cannot_train_is_named_before_round_one(monkeypatch):
+    env = build_environment(_cfg())
+    shape = tuple(env.train.x.shape[1:])
+    flat = int(torch.tensor(shape).prod())
+
+    def flat_bn_model():
+        return torch.nn.Sequential(
+            torch.nn.Flatten(), torch.nn.Linear(flat, 8), torch.nn.BatchNorm1d(8),
+            torch.nn.ReLU(), torch.nn.Linear(8, 10),
+        )  # fmt: skip
+
+    monkeypatch.setattr(env, "build_model", flat_bn_model)
+    batch = env.config.federated.batch_size
+    tails = [i for i, n in enumerate(env.n_samples) if n == 1 or n % batch == 1]
+    if not tails:  # make one: client 0 holds a multiple of the batch plus one
+        env.n_samples[0] = batch + 1
+        tails = [0]
+    with pytest.raises(ConfigError, match=r"leaves a batch of one sample on") as info:
+        FederatedServer(env, "random", "fedavg")
+    assert f"({', '.join(map(str, tails))}" in str(info.value)

@@ -8,9 +8,10 @@ metrics; no DataLoader worker processes (the targets are single devices).
 from __future__ import annotations
 
 import contextlib
+import copy
 import math
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any, Protocol
@@ -90,6 +91,38 @@ def batches(
     order = torch.randperm(n, generator=generator) if shuffle else torch.arange(n)
     for start in range(0, n, batch_size):
         yield order[start : start + batch_size]
+
+
+def check_one_sample_batches(
+    model: nn.Module, sample: torch.Tensor, sizes: Iterable[int], batch_size: int, where: str
+) -> None:
+    """Raise :class:`ConfigError` before training if a batch of one sample would fail.
+
+    :func:`batches` ends an epoch with a batch of ``n % batch_size`` samples, and BatchNorm
+    over a flat feature (``N x C``) cannot train on one sample: PyTorch raises a bare
+    ``ValueError`` mid-run. ``sizes`` are the sample counts that are batched (one per client
+    or device), ``sample`` one input row, ``where`` names the holders in the message. A
+    copy of the model is probed, so its running statistics do not move.
+    """
+    if not any(isinstance(m, nn.modules.batchnorm._BatchNorm) for m in model.modules()):
+        return
+    ones = [i for i, n in enumerate(sizes) if n > 0 and (n == 1 or n % batch_size == 1)]
+    if not ones:
+        return
+    probe = copy.deepcopy(model).train()
+    try:
+        probe(sample[:1])
+    except ValueError as exc:
+        if "more than 1 value per channel" not in str(exc):
+            raise
+        listed = ", ".join(str(i) for i in ones[:8]) + (" ..." if len(ones) > 8 else "")
+        raise ConfigError(
+            f"batch_size {batch_size} leaves a batch of one sample on {len(ones)} {where} "
+            f"({listed}), and the model's BatchNorm over a flat feature cannot train on one "
+            f"sample ({exc}); choose a batch_size that leaves no batch of one (n % batch_size "
+            "!= 1 for every holder), or a model option without batch statistics over flat "
+            "features"
+        ) from None
 
 
 @torch.no_grad()
@@ -200,6 +233,7 @@ def train_classifier(
             cleanup.callback(stepper.close)
         if len(x_train) == 0:
             raise ConfigError("the training split is empty; lower test_fraction or add data")
+        check_one_sample_batches(model, x_train, [len(x_train)], batch_size, "training splits")
         opt = make_optimizer(model.parameters(), optimizer, lr, momentum, weight_decay)
         steps_per_epoch = math.ceil(len(x_train) / batch_size)
         total_steps = epochs * steps_per_epoch

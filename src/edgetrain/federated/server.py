@@ -48,7 +48,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from edgetrain.engine.trainer import evaluate
+from edgetrain.engine.trainer import check_one_sample_batches, evaluate
 from edgetrain.errors import ConfigError, RunDirError
 from edgetrain.federated.aggregators import Aggregator, make_aggregator
 from edgetrain.federated.baselines import melon_exact, uniform_fraction, uniform_plan
@@ -198,6 +198,9 @@ class FederatedServer:
         )
         self.run_dir = run_dir
         self.model = env.build_model()
+        check_one_sample_batches(
+            self.model, env.train.x, env.n_samples, fcfg.batch_size, "clients (client ids)"
+        )
         self.global_state = {k: v.detach().clone() for k, v in self.model.state_dict().items()}
         self.round = 0
         self.sim_time = 0.0
