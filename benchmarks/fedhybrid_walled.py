@@ -17,6 +17,12 @@ window's end (``aggregated_labels``), which says how far OTHER shifted the data 
         --pair ex0/federated-mnist-compare/oort o7_0/federated-mnist-7 \\
         --pair ex1/federated-mnist-compare/oort o7_1/federated-mnist-7
     python benchmarks/fedhybrid_walled.py ... --json        # one JSON object
+    python benchmarks/fedhybrid_walled.py ... --versus other.json   # against another set
+
+Below the medians it prints a two-sided sign test per column (ties excluded): is the gain's
+sign consistent over the pairs? ``--versus FILE`` (an earlier ``--json`` output, e.g. the same
+pairs on another model) adds that set's medians and a two-sided Mann-Whitney rank-sum p per
+column: do the two sets of pairs differ, or is the difference within the seeds' spread?
 
 Each run is a method's run directory: its ``metrics.jsonl``, and ``config.json`` in it (a
 single ``edgetrain federate`` run) or in the ``--compare`` directory above it. The two runs of
@@ -29,6 +35,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import statistics
 import sys
 from pathlib import Path
@@ -137,13 +144,56 @@ def compare_pair(base: Path, other: Path, lo: int, hi: int) -> dict:
     }  # fmt: skip
 
 
+GAINS = ("gain", "gain_heavy", "gain_other")
+
+
+def sign_p(above: int, below: int) -> float:
+    """Two-sided sign test, ties excluded: the chance of a split at least this uneven."""
+    m = above + below
+    if not m:
+        return 1.0
+    tail = sum(math.comb(m, i) for i in range(min(above, below) + 1)) / 2.0**m
+    return min(1.0, 2.0 * tail)
+
+
 def summary(rows: list[dict]) -> dict:
-    """Median over pairs of each gain, and on how many pairs it is above zero."""
+    """Median over pairs of each gain, on how many pairs it is above and below zero, and the
+    two-sided sign test's p."""
     out = {}
-    for key in ("gain", "gain_heavy", "gain_other"):
+    for key in GAINS:
         vals = [r[key] for r in rows]
-        out[key] = {"median": statistics.median(vals), "above_zero": sum(v > 0 for v in vals)}
+        above, below = sum(v > 0 for v in vals), sum(v < 0 for v in vals)
+        out[key] = {"median": statistics.median(vals), "above_zero": above,
+                    "below_zero": below, "sign_p": sign_p(above, below)}  # fmt: skip
     return out
+
+
+def versus(rows: list[dict], other: dict) -> dict:
+    """Each gain of this set of pairs against another set's (``--json`` output): that set's
+    median and the two-sided Mann-Whitney rank-sum p."""
+    from scipy.stats import mannwhitneyu
+
+    out = {}
+    for key in GAINS:
+        a, b = [r[key] for r in rows], [r[key] for r in other["rows"]]
+        p = float(mannwhitneyu(a, b, alternative="two-sided").pvalue)
+        out[key] = {"median": statistics.median(b), "pairs": len(b), "rank_sum_p": p}
+    return out
+
+
+def read_versus(path: str) -> dict:
+    """An earlier ``--json`` output, checked for what :func:`versus` reads."""
+    try:
+        data = json.loads(Path(path).read_text())
+        if not data["rows"] or any(not isinstance(r[k], int | float) for r in data["rows"]
+                                   for k in GAINS):  # fmt: skip
+            raise ValueError("no rows")
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise ValueError(
+            f"--versus {path}: not an output of this script's --json with at least one pair "
+            f"({type(e).__name__}: {e})"
+        ) from None
+    return data
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -153,9 +203,11 @@ def main(argv: list[str] | None = None) -> int:
         "--window", type=parse_window, default=None, help="rounds A-B (default: the last eighth)"
     )
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--versus", metavar="FILE", help="an earlier --json output to test against")
     args = ap.parse_args(argv)
     rows = []
     try:
+        against = read_versus(args.versus) if args.versus else None
         for base, other in args.pair:
             base, other = Path(base), Path(other)
             if args.window:
@@ -168,6 +220,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 2
     result = {"rows": rows, "median": summary(rows)}
+    if against is not None:
+        result["versus"] = {"file": args.versus} | versus(rows, against)
     if args.json:
         print(json.dumps(result))
         return 0
@@ -188,6 +242,18 @@ def main(argv: list[str] | None = None) -> int:
         f"{'> 0 on':>5} {'':>7} {'':>7} {m['gain']['above_zero']:>5} of {n}"
         f" {m['gain_heavy']['above_zero']:>8} of {n} {m['gain_other']['above_zero']:>8} of {n}"
     )
+    print(f"{'sign p':>5} {'':>7} {'':>7} {m['gain']['sign_p']:8.3f}"
+          f" {m['gain_heavy']['sign_p']:11.3f} {m['gain_other']['sign_p']:11.3f}")  # fmt: skip
+    if against is not None:
+        v = result["versus"]
+        print(
+            f"against {args.versus} ({v['gain']['pairs']} pairs): its medians, then the "
+            "two-sided rank-sum p"
+        )
+        print(f"{'median':>5} {'':>7} {'':>7} {v['gain']['median']:+8.1f}"
+              f" {v['gain_heavy']['median']:+11.1f} {v['gain_other']['median']:+11.1f}")  # fmt: skip
+        print(f"{'p':>5} {'':>7} {'':>7} {v['gain']['rank_sum_p']:8.3f}"
+              f" {v['gain_heavy']['rank_sum_p']:11.3f} {v['gain_other']['rank_sum_p']:11.3f}")  # fmt: skip
     return 0
 
 

@@ -63,7 +63,9 @@ def test_the_split_is_computed_from_the_runs_own_fleet_partition_and_metrics(ora
         seen = np.sum([r["aggregated_labels"] for r in recs], axis=0)
         assert got == pytest.approx(seen[heavy].sum() / seen.sum())
     assert out["median"]["gain"] == {"median": pytest.approx(row["gain"]),
-                                     "above_zero": int(row["gain"] > 0)}  # fmt: skip
+                                     "above_zero": int(row["gain"] > 0),
+                                     "below_zero": int(row["gain"] < 0),
+                                     "sign_p": 1.0}  # fmt: skip
 
     # the table prints the same row
     assert mod.main(["--pair", str(base), str(other), "--window", "2-3"]) == 0
@@ -93,3 +95,38 @@ def test_a_pair_from_different_fleets_or_missing_rounds_is_refused(oracle_run, t
         mod.main(["--pair", str(oracle_run / "random"), str(same), "--window", "3-2"])
     assert e.value.code == 2
     assert "expected FIRST-LAST rounds" in capsys.readouterr().err
+
+
+def test_sign_test_is_two_sided_with_ties_excluded():
+    mod = load_benchmark("fedhybrid_walled")
+    assert mod.sign_p(7, 0) == pytest.approx(2 / 128)  # the Fig. 17 selector's 7 of 7
+    assert mod.sign_p(0, 7) == pytest.approx(2 / 128)
+    assert mod.sign_p(9, 1) == pytest.approx(2 * 11 / 1024)
+    assert mod.sign_p(5, 5) == 1.0 and mod.sign_p(0, 0) == 1.0
+
+
+def test_versus_tests_two_sets_of_pairs_by_rank_sum(oracle_run, tmp_path, capsys):
+    from scipy.stats import mannwhitneyu
+
+    mod = load_benchmark("fedhybrid_walled")
+    base, other = oracle_run / "random", oracle_run / "oort-oracle"
+    pair = ["--pair", str(base), str(other), "--window", "2-3"]
+    assert mod.main([*pair, "--json"]) == 0
+    mine = json.loads(capsys.readouterr().out)
+    # another set: three made-up pairs, each gain 10 points above this pair's
+    rows = [{k: mine["rows"][0][k] + 10 + i for k in mod.GAINS} for i in range(3)]
+    theirs = tmp_path / "theirs.json"
+    theirs.write_text(json.dumps({"rows": rows}))
+    assert mod.main([*pair, "--versus", str(theirs), "--json"]) == 0
+    got = json.loads(capsys.readouterr().out)["versus"]
+    for k in mod.GAINS:
+        want = mannwhitneyu([mine["rows"][0][k]], [r[k] for r in rows]).pvalue
+        assert got[k] == {"median": pytest.approx(rows[1][k]), "pairs": 3,
+                          "rank_sum_p": pytest.approx(want)}  # fmt: skip
+    assert mod.main([*pair, "--versus", str(theirs)]) == 0
+    assert "two-sided rank-sum p" in capsys.readouterr().out
+
+    for text in ("not json", json.dumps({"rows": []}), json.dumps({"rows": [{"gain": 1}]})):
+        theirs.write_text(text)
+        assert mod.main([*pair, "--versus", str(theirs)]) == 2
+        assert "not an output of this script's --json" in capsys.readouterr().err
