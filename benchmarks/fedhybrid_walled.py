@@ -35,12 +35,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import statistics
 import sys
 from pathlib import Path
 
 import numpy as np
+
+from edgetrain.engine.budget.stats import sign_test_p
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from fedhybrid_seeds import parse_window  # noqa: E402  (a sibling script, not a package)
@@ -147,15 +148,6 @@ def compare_pair(base: Path, other: Path, lo: int, hi: int) -> dict:
 GAINS = ("gain", "gain_heavy", "gain_other")
 
 
-def sign_p(above: int, below: int) -> float:
-    """Two-sided sign test, ties excluded: the chance of a split at least this uneven."""
-    m = above + below
-    if not m:
-        return 1.0
-    tail = sum(math.comb(m, i) for i in range(min(above, below) + 1)) / 2.0**m
-    return min(1.0, 2.0 * tail)
-
-
 def summary(rows: list[dict]) -> dict:
     """Median over pairs of each gain, on how many pairs it is above and below zero, and the
     two-sided sign test's p."""
@@ -164,7 +156,7 @@ def summary(rows: list[dict]) -> dict:
         vals = [r[key] for r in rows]
         above, below = sum(v > 0 for v in vals), sum(v < 0 for v in vals)
         out[key] = {"median": statistics.median(vals), "above_zero": above,
-                    "below_zero": below, "sign_p": sign_p(above, below)}  # fmt: skip
+                    "below_zero": below, "sign_p": sign_test_p(above, below)}  # fmt: skip
     return out
 
 

@@ -86,7 +86,7 @@ from edgetrain.decentralized.trainer import (
     run_chain,
     training_flops_per_sample,
 )
-from edgetrain.engine.budget.stats import paired_summary
+from edgetrain.engine.budget.stats import paired_summary, sign_test_p
 
 SECTIONS = (
     "acc",
@@ -1169,15 +1169,6 @@ def label_tv(parts, num_classes: int) -> float:
     return float(np.mean([0.5 * np.abs(c / c.sum() - pooled).sum() for c in counts]))
 
 
-def _sign_p(higher: int, lower: int) -> float:
-    """Two-sided sign test, ties excluded."""
-    m = higher + lower
-    if not m:
-        return 1.0
-    tail = sum(math.comb(m, i) for i in range(min(higher, lower) + 1)) / 2.0**m
-    return min(1.0, 2.0 * tail)
-
-
 def drift_section(ds, variants, aggs_list, epochs: int, seeds: list[int]) -> None:
     """Accuracy, test loss and client drift at several aggregations per epoch, paired by
     seed against the first, in several data splits. Ring order and no busy device: the
@@ -1283,15 +1274,15 @@ def drift_section(ds, variants, aggs_list, epochs: int, seeds: list[int]) -> Non
                     sum(not math.isfinite(x) for x in loss[k]),
                     f"{statistics.mean(d_acc):+.2f}",
                     f"{hi}/{lo}/{len(d_acc) - hi - lo}",
-                    f"{_sign_p(hi, lo):.3f}",
+                    f"{sign_test_p(hi, lo):.3f}",
                     f"{statistics.median(loss[k]):.4f}",
                     f"{statistics.mean(d_loss):+.4f}",
                     f"{llo}/{lhi}/{len(d_loss) - lhi - llo}",
-                    f"{_sign_p(lhi, llo):.3f}",
+                    f"{sign_test_p(lhi, llo):.3f}",
                     f"{statistics.median(train[k]):.4f}",
                     f"{statistics.mean(d_train):+.4f}",
                     f"{tlo}/{thi}/{len(d_train) - thi - tlo}",
-                    f"{_sign_p(thi, tlo):.3f}",
+                    f"{sign_test_p(thi, tlo):.3f}",
                     statistics.median(step[k]),
                     statistics.median(drift[k]),
                     statistics.median(ratio[k]),

@@ -97,14 +97,6 @@ def test_a_pair_from_different_fleets_or_missing_rounds_is_refused(oracle_run, t
     assert "expected FIRST-LAST rounds" in capsys.readouterr().err
 
 
-def test_sign_test_is_two_sided_with_ties_excluded():
-    mod = load_benchmark("fedhybrid_walled")
-    assert mod.sign_p(7, 0) == pytest.approx(2 / 128)  # the Fig. 17 selector's 7 of 7
-    assert mod.sign_p(0, 7) == pytest.approx(2 / 128)
-    assert mod.sign_p(9, 1) == pytest.approx(2 * 11 / 1024)
-    assert mod.sign_p(5, 5) == 1.0 and mod.sign_p(0, 0) == 1.0
-
-
 def test_versus_tests_two_sets_of_pairs_by_rank_sum(oracle_run, tmp_path, capsys):
     from scipy.stats import mannwhitneyu
 

@@ -140,8 +140,8 @@ def test_drift_measures():
     # two halves of one set: B² >= 1 (mean of squares >= square of the mean)
     assert mod.gradient_dissimilarity(model, [(x[:4], y8[:4]), (x[4:], y8[4:])]) >= 1.0
     # 8 higher, 12 lower: two-sided p = 2 * P(X <= 8 | 20, 1/2) = 0.503
-    assert mod._sign_p(8, 12) == pytest.approx(0.5034, abs=1e-4)
-    assert mod._sign_p(0, 0) == 1.0 and mod._sign_p(10, 0) == pytest.approx(2 / 1024)
+    assert mod.sign_test_p(8, 12) == pytest.approx(0.5034, abs=1e-4)
+    assert mod.sign_test_p(0, 0) == 1.0 and mod.sign_test_p(10, 0) == pytest.approx(2 / 1024)
 
 
 def test_calibration_finds_the_temperature_and_removes_the_confidence_level():

@@ -82,3 +82,12 @@ def test_step_order_is_a_seeded_permutation_with_varied_predecessors():
         assert b == a[::-1]
         assert all(a.index(n) + b.index(n) == len(names) - 1 for n in names)
     assert step_order(["one"], 5) == ["one"]
+
+
+def test_sign_test_is_two_sided_with_ties_excluded():
+    from edgetrain.engine.budget.stats import sign_test_p
+
+    assert sign_test_p(7, 0) == pytest.approx(2 / 128)  # 7 of 7 the same way
+    assert sign_test_p(0, 7) == pytest.approx(2 / 128)
+    assert sign_test_p(9, 1) == pytest.approx(2 * 11 / 1024)
+    assert sign_test_p(5, 5) == 1.0 and sign_test_p(0, 0) == 1.0

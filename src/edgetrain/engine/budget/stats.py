@@ -48,6 +48,16 @@ class PairedSummary:
         return asdict(self)
 
 
+def sign_test_p(above: int, below: int) -> float:
+    """Two-sided sign test, ties excluded: the chance under a fair coin of a split of
+    ``above + below`` signs at least as uneven as this one."""
+    m = above + below
+    if not m:
+        return 1.0
+    tail = sum(math.comb(m, i) for i in range(min(above, below) + 1)) / 2.0**m
+    return min(1.0, 2.0 * tail)
+
+
 def _coverage(n: int, k: int) -> float:
     """Coverage of [x_(k), x_(n+1-k)] for the median of n continuous samples."""
     below = sum(math.comb(n, i) for i in range(k)) / 2.0**n
