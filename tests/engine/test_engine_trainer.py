@@ -90,7 +90,9 @@ def test_a_batch_of_one_that_batchnorm_cannot_train_is_refused_before_the_first_
     model = _flat_bn()
     before = {k: v.clone() for k, v in model.state_dict().items()}
     # 17 training samples in batches of 16 end each epoch with a batch of one
-    with pytest.raises(ConfigError, match=r"batch_size 16 leaves a batch of one sample") as info:
+    with pytest.raises(
+        ConfigError, match=r"the batch size leaves a batch of one sample on 1 splits"
+    ) as info:
         train_classifier(
             model, x[:17], y[:17], x[20:], y[20:], epochs=1, batch_size=16, lr=0.05,
             generator=torch.Generator().manual_seed(0),
@@ -107,19 +109,40 @@ def test_a_batch_of_one_that_batchnorm_cannot_train_is_refused_before_the_first_
 
 
 @pytest.mark.parametrize(
-    ("sizes", "batch", "refused"),
-    [([17, 32], 16, [0]), ([1, 5], 16, [0]), ([5, 32, 33], 16, [2]), ([16, 2, 0], 16, [])],
+    ("n", "batch", "steps", "drawn"),
+    [
+        (17, 16, None, True),  # an epoch ends with one sample
+        (17, 16, 1, False),  # one step never reaches the tail
+        (17, 16, 2, True),
+        (9, 8, 2, True),
+        (33, 16, 2, False),  # the tail is the 3rd step's batch
+        (1, 16, 5, True),  # a one-sample partition
+        (5, 1, 1, True),  # every batch is one sample
+        (18, 16, None, False),
+        (0, 16, None, False),
+    ],
 )
-def test_check_one_sample_batches_names_every_holder_with_a_tail_of_one(sizes, batch, refused):
+def test_a_batch_of_one_is_drawn_only_where_the_last_batch_is_reached(n, batch, steps, drawn):
+    from edgetrain.engine.trainer import batches, draws_one_sample_batch
+
+    assert draws_one_sample_batch(n, batch, steps) is drawn
+    if n:  # against the batches themselves, cycled as local training cycles them
+        sizes, gen = [], torch.Generator().manual_seed(0)
+        while len(sizes) < (steps or -(-n // batch)):
+            sizes += [len(b) for b in batches(n, batch, gen)]
+        assert (1 in sizes[: steps or len(sizes)]) is drawn
+
+
+def test_check_one_sample_batches_names_every_holder_that_draws_one():
     from edgetrain.engine.trainer import check_one_sample_batches
 
     x = torch.randn(4, 2)
-    if not refused:
-        check_one_sample_batches(_flat_bn(), x, sizes, batch, "clients")
-        return
+    check_one_sample_batches(_flat_bn(), x, [(16, 16, None), (17, 16, 1)], "clients")
     with pytest.raises(ConfigError) as info:
-        check_one_sample_batches(_flat_bn(), x, sizes, batch, "clients")
-    assert f"on {len(refused)} clients ({', '.join(map(str, refused))})" in str(info.value)
+        check_one_sample_batches(
+            _flat_bn(), x, [(17, 16, 1), (1, 16, 5), (33, 16, 3), (18, 16, None)], "clients"
+        )
+    assert "on 2 clients (1, 2)" in str(info.value)
 
 
 def test_batchnorm_that_trains_on_one_sample_is_not_refused():
@@ -127,4 +150,4 @@ def test_batchnorm_that_trains_on_one_sample_is_not_refused():
 
     # BatchNorm over (N, C, L) has L values per channel: one sample trains
     model = torch.nn.Sequential(torch.nn.Conv1d(2, 4, 3), torch.nn.BatchNorm1d(4))
-    check_one_sample_batches(model, torch.randn(3, 2, 8), [17], 16, "clients")
+    check_one_sample_batches(model, torch.randn(3, 2, 8), [(17, 16, None)], "clients")

@@ -424,11 +424,15 @@ def test_a_client_whose_last_batch_batchnorm_cannot_train_is_named_before_round_
         )  # fmt: skip
 
     monkeypatch.setattr(env, "build_model", flat_bn_model)
-    batch = env.config.federated.batch_size
-    tails = [i for i, n in enumerate(env.n_samples) if n == 1 or n % batch == 1]
-    if not tails:  # make one: client 0 holds a multiple of the batch plus one
-        env.n_samples[0] = batch + 1
-        tails = [0]
+    from edgetrain.engine.trainer import draws_one_sample_batch
+
+    steps, batch, _ = env.local_work(0)
+    env.n_samples[0] = batch + 1  # its second step draws the one left over
+    assert steps >= 2
+    tails = [c for c, n in enumerate(env.n_samples) if draws_one_sample_batch(int(n), batch, steps)]
     with pytest.raises(ConfigError, match=r"leaves a batch of one sample on") as info:
         FederatedServer(env, "random", "fedavg")
     assert f"({', '.join(map(str, tails))}" in str(info.value)
+    # with every holder's tail out of reach the same model is accepted
+    env.n_samples[:] = 4 * batch
+    FederatedServer(env, "random", "fedavg")

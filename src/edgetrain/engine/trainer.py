@@ -93,20 +93,34 @@ def batches(
         yield order[start : start + batch_size]
 
 
+def draws_one_sample_batch(n: int, batch_size: int, steps: int | None = None) -> bool:
+    """Whether :func:`batches`, cycled for ``steps`` steps over ``n`` samples (``None``: whole
+    epochs), draws a batch of one sample: each epoch ends with ``n % batch_size`` samples,
+    reached only at the epoch's ``ceil(n / batch_size)``-th step."""
+    if n <= 0:
+        return False
+    if batch_size == 1:
+        return True
+    return n % batch_size == 1 and (steps is None or steps >= math.ceil(n / batch_size))
+
+
 def check_one_sample_batches(
-    model: nn.Module, sample: torch.Tensor, sizes: Iterable[int], batch_size: int, where: str
+    model: nn.Module,
+    sample: torch.Tensor,
+    work: Iterable[tuple[int, int, int | None]],
+    where: str,
 ) -> None:
     """Raise :class:`ConfigError` before training if a batch of one sample would fail.
 
-    :func:`batches` ends an epoch with a batch of ``n % batch_size`` samples, and BatchNorm
-    over a flat feature (``N x C``) cannot train on one sample: PyTorch raises a bare
-    ``ValueError`` mid-run. ``sizes`` are the sample counts that are batched (one per client
-    or device), ``sample`` one input row, ``where`` names the holders in the message. A
-    copy of the model is probed, so its running statistics do not move.
+    BatchNorm cannot train on one sample where it has one value per channel (a flat feature,
+    or a 1 x 1 map): PyTorch raises a bare ``ValueError`` mid-run. ``work`` holds one
+    ``(samples, batch_size, steps)`` per holder (client or device; ``steps`` None: whole
+    epochs), ``sample`` one input row, ``where`` names the holders in the message. A copy of
+    the model is probed, so its running statistics do not move.
     """
     if not any(isinstance(m, nn.modules.batchnorm._BatchNorm) for m in model.modules()):
         return
-    ones = [i for i, n in enumerate(sizes) if n > 0 and (n == 1 or n % batch_size == 1)]
+    ones = [i for i, (n, b, steps) in enumerate(work) if draws_one_sample_batch(n, b, steps)]
     if not ones:
         return
     probe = copy.deepcopy(model).train()
@@ -117,11 +131,10 @@ def check_one_sample_batches(
             raise
         listed = ", ".join(str(i) for i in ones[:8]) + (" ..." if len(ones) > 8 else "")
         raise ConfigError(
-            f"batch_size {batch_size} leaves a batch of one sample on {len(ones)} {where} "
-            f"({listed}), and the model's BatchNorm over a flat feature cannot train on one "
-            f"sample ({exc}); choose a batch_size that leaves no batch of one (n % batch_size "
-            "!= 1 for every holder), or a model option without batch statistics over flat "
-            "features"
+            f"the batch size leaves a batch of one sample on {len(ones)} {where} ({listed}), "
+            f"and the model's BatchNorm cannot train on one sample ({exc}); choose a batch "
+            "size that leaves no batch of one (n % batch_size != 1 where the last batch is "
+            "reached), or a model without batch statistics over a single value per channel"
         ) from None
 
 
@@ -233,7 +246,7 @@ def train_classifier(
             cleanup.callback(stepper.close)
         if len(x_train) == 0:
             raise ConfigError("the training split is empty; lower test_fraction or add data")
-        check_one_sample_batches(model, x_train, [len(x_train)], batch_size, "training splits")
+        check_one_sample_batches(model, x_train, [(len(x_train), batch_size, None)], "splits")
         opt = make_optimizer(model.parameters(), optimizer, lr, momentum, weight_decay)
         steps_per_epoch = math.ceil(len(x_train) / batch_size)
         total_steps = epochs * steps_per_epoch

@@ -198,9 +198,8 @@ class FederatedServer:
         )
         self.run_dir = run_dir
         self.model = env.build_model()
-        check_one_sample_batches(
-            self.model, env.train.x, env.n_samples, fcfg.batch_size, "clients (client ids)"
-        )
+        work = [(int(n), *env.local_work(c)[1::-1]) for c, n in enumerate(env.n_samples)]
+        check_one_sample_batches(self.model, env.train.x, work, "clients (client ids)")
         self.global_state = {k: v.detach().clone() for k, v in self.model.state_dict().items()}
         self.round = 0
         self.sim_time = 0.0
