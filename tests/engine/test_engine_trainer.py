@@ -91,7 +91,7 @@ def test_a_batch_of_one_that_batchnorm_cannot_train_is_refused_before_the_first_
     before = {k: v.clone() for k, v in model.state_dict().items()}
     # 17 training samples in batches of 16 end each epoch with a batch of one
     with pytest.raises(
-        ConfigError, match=r"the batch size leaves a batch of one sample on 1 splits"
+        ConfigError, match=r"the batch size leaves a batch of one sample on the training split, "
     ) as info:
         train_classifier(
             model, x[:17], y[:17], x[20:], y[20:], epochs=1, batch_size=16, lr=0.05,

@@ -11,7 +11,7 @@ import contextlib
 import copy
 import math
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any, Protocol
@@ -107,7 +107,7 @@ def draws_one_sample_batch(n: int, batch_size: int, steps: int | None = None) ->
 def check_one_sample_batches(
     model: nn.Module,
     sample: torch.Tensor,
-    work: Iterable[tuple[int, int, int | None]],
+    work: Sequence[tuple[int, int, int | None]],
     where: str,
 ) -> None:
     """Raise :class:`ConfigError` before training if a batch of one sample would fail.
@@ -115,8 +115,9 @@ def check_one_sample_batches(
     BatchNorm cannot train on one sample where it has one value per channel (a flat feature,
     or a 1 x 1 map): PyTorch raises a bare ``ValueError`` mid-run. ``work`` holds one
     ``(samples, batch_size, steps)`` per holder (client or device; ``steps`` None: whole
-    epochs), ``sample`` one input row, ``where`` names the holders in the message. A copy of
-    the model is probed, so its running statistics do not move.
+    epochs), ``sample`` one input row, ``where`` names the holders in the message (plural, with
+    their indices listed; a single holder is named by ``where`` alone). A copy of the model is
+    probed, so its running statistics do not move.
     """
     if not any(isinstance(m, nn.modules.batchnorm._BatchNorm) for m in model.modules()):
         return
@@ -130,8 +131,9 @@ def check_one_sample_batches(
         if "more than 1 value per channel" not in str(exc):
             raise
         listed = ", ".join(str(i) for i in ones[:8]) + (" ..." if len(ones) > 8 else "")
+        on = f"{len(ones)} {where} ({listed})" if len(work) > 1 else where
         raise ConfigError(
-            f"the batch size leaves a batch of one sample on {len(ones)} {where} ({listed}), "
+            f"the batch size leaves a batch of one sample on {on}, "
             f"and the model's BatchNorm cannot train on one sample ({exc}); choose a batch "
             "size that leaves no batch of one (n % batch_size != 1 where the last batch is "
             "reached), or a model without batch statistics over a single value per channel"
@@ -246,7 +248,9 @@ def train_classifier(
             cleanup.callback(stepper.close)
         if len(x_train) == 0:
             raise ConfigError("the training split is empty; lower test_fraction or add data")
-        check_one_sample_batches(model, x_train, [(len(x_train), batch_size, None)], "splits")
+        check_one_sample_batches(
+            model, x_train, [(len(x_train), batch_size, None)], "the training split"
+        )
         opt = make_optimizer(model.parameters(), optimizer, lr, momentum, weight_decay)
         steps_per_epoch = math.ceil(len(x_train) / batch_size)
         total_steps = epochs * steps_per_epoch

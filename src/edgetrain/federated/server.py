@@ -198,7 +198,10 @@ class FederatedServer:
         )
         self.run_dir = run_dir
         self.model = env.build_model()
-        work = [(int(n), *env.local_work(c)[1::-1]) for c, n in enumerate(env.n_samples)]
+        work = []  # (samples, batch, steps) of each client's local training in a round
+        for cid, n in enumerate(env.n_samples):
+            steps, batch, _ = env.local_work(cid)
+            work.append((int(n), batch, steps))
         check_one_sample_batches(self.model, env.train.x, work, "clients (client ids)")
         self.global_state = {k: v.detach().clone() for k, v in self.model.state_dict().items()}
         self.round = 0
