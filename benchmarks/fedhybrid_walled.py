@@ -177,9 +177,11 @@ def read_versus(path: str) -> dict:
     """An earlier ``--json`` output, checked for what :func:`versus` reads."""
     try:
         data = json.loads(Path(path).read_text())
-        if not data["rows"] or any(not isinstance(r[k], int | float) for r in data["rows"]
-                                   for k in GAINS):  # fmt: skip
+        if not data["rows"]:
             raise ValueError("no rows")
+        for r in data["rows"]:
+            if not all(isinstance(r[k], int | float) for k in GAINS):
+                raise ValueError(f"a row's gains are not numbers: {[r[k] for k in GAINS]}")
     except (OSError, ValueError, KeyError, TypeError) as e:
         raise ValueError(
             f"--versus {path}: not an output of this script's --json with at least one pair "
