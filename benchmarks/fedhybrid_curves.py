@@ -1,0 +1,227 @@
+"""Where on its learning curve a gain at equal rounds was read: OTHER − BASE by window of
+rounds beside BASE's accuracy there, and the rounds each run takes to reach fractions of
+BASE's best.
+
+A gain "at equal rounds" (the issue's "final accuracy >= Oort's + 5 points", read over the
+last rounds) depends on where the window falls. A method that learns faster stands above while
+both rise and level once the slower one catches up; its final figure then says how far along
+its curve each model was when the run stopped. This prints, for pairs of runs of one fleet
+and seed (BASE, OTHER):
+
+* per window of rounds (``--size`` rounds each, from round 1), the median over pairs of
+  OTHER − BASE in points (mean test accuracy over the window), on how many pairs it is above
+  zero, the two-sided sign test, and BASE's median accuracy over the window: where on its
+  curve the gain was read;
+* per level (``--levels``, fractions of BASE's best accuracy, the ``--smooth``-round moving
+  mean), the rounds each run takes to first reach it and BASE's rounds over OTHER's (above 1:
+  OTHER is there sooner; a run that never reaches a level counts as slower than one that
+  does), and the same in simulated seconds (``sim_time_s``).
+
+    python benchmarks/fedhybrid_curves.py --size 10 \\
+        --pair ex0/federated-mnist-compare/oort ex0/federated-mnist-compare/fedhybrid \\
+        --pair ex1/federated-mnist-compare/oort ex1/federated-mnist-compare/fedhybrid
+    python benchmarks/fedhybrid_curves.py ... --rounds 100 --levels 0.5,0.75,0.9,1 --json
+
+Runs are method run directories as for ``benchmarks/fedhybrid_walled.py`` (``config.json``
+in them or in the ``--compare`` directory above); the two runs of a pair must share the
+fleet, data, partition, memory settings, model and seed. The runs are compared over their
+first ``--rounds`` rounds (default: the shorter run of the pair); a run shorter than that is
+an error, not a shorter window.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+from pathlib import Path
+
+from edgetrain.engine.budget.stats import sign_test_p
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from fedhybrid_walled import SHARED, read_metrics, run_config  # noqa: E402  (sibling script)
+
+DEFAULT_LEVELS = (0.5, 0.75, 0.9, 1.0)
+
+
+def accuracy_curve(recs: list[dict], run: Path, rounds: int) -> tuple[list[float], list[float]]:
+    """Test accuracy and simulated time of rounds 1..rounds (every round must be evaluated)."""
+    by_round = {int(r["round"]): r for r in recs}
+    missing = [t for t in range(1, rounds + 1) if by_round.get(t, {}).get("accuracy") is None]
+    if missing:
+        shown = ", ".join(map(str, missing[:5])) + (" ..." if len(missing) > 5 else "")
+        raise ValueError(
+            f"{run}: rounds {shown} have no test accuracy in metrics.jsonl; compare over "
+            f"fewer --rounds or runs evaluated every round (federated.eval_every: 1)"
+        )
+    acc = [float(by_round[t]["accuracy"]) for t in range(1, rounds + 1)]
+    sim = [float(by_round[t]["sim_time_s"]) for t in range(1, rounds + 1)]
+    return acc, sim
+
+
+def moving_mean(xs: list[float], width: int) -> list[float]:
+    """Mean of the last ``width`` values at each index (fewer at the start)."""
+    out, acc = [], 0.0
+    for i, x in enumerate(xs):
+        acc += x
+        if i >= width:
+            acc -= xs[i - width]
+        out.append(acc / min(i + 1, width))
+    return out
+
+
+def first_reach(curve: list[float], target: float) -> int | None:
+    """The 1-based round at which ``curve`` first reaches ``target``; None if never."""
+    return next((i + 1 for i, v in enumerate(curve) if v >= target - 1e-12), None)
+
+
+def reach_ratio(b: int | float | None, o: int | float | None) -> float | None:
+    """BASE's rounds (or seconds) to a level over OTHER's; inf where only OTHER reaches it,
+    0 where only BASE does, None where neither."""
+    if b is None and o is None:
+        return None
+    if o is None:
+        return 0.0
+    if b is None:
+        return float("inf")
+    return b / o
+
+
+def compare_pair(
+    base: Path, other: Path, size: int, levels: tuple[float, ...], smooth: int,
+    rounds: int | None = None,
+) -> dict:  # fmt: skip
+    """One pair's window gains and rounds to each level of BASE's best."""
+    cb, co = run_config(base), run_config(other)
+    differ = [k for k in SHARED if cb.get(k) != co.get(k)]
+    if differ:
+        raise ValueError(
+            f"{base} and {other} differ in {', '.join(differ)}: a pair must share "
+            f"{', '.join(SHARED)} (one fleet, partition and seed)"
+        )
+    rec_b, rec_o = read_metrics(base), read_metrics(other)
+    n = rounds if rounds is not None else min(len(rec_b), len(rec_o))
+    for run, recs in ((base, rec_b), (other, rec_o)):
+        if len(recs) < n:
+            raise ValueError(f"{run}: {len(recs)} rounds in metrics.jsonl, fewer than {n}")
+    if n < size:
+        raise ValueError(f"{base}: {n} rounds to compare, fewer than one window (--size {size})")
+    acc_b, sim_b = accuracy_curve(rec_b, base, n)
+    acc_o, sim_o = accuracy_curve(rec_o, other, n)
+    windows = []
+    for lo in range(1, n - size + 2, size):
+        hi = lo + size - 1
+        mb = statistics.fmean(acc_b[lo - 1 : hi])
+        mo = statistics.fmean(acc_o[lo - 1 : hi])
+        windows.append({"window": f"{lo}-{hi}", "base": mb, "other": mo, "gain": 100 * (mo - mb)})
+    sb, so = moving_mean(acc_b, smooth), moving_mean(acc_o, smooth)
+    best = max(sb)
+    reach = []
+    for f in levels:
+        rb, ro = first_reach(sb, f * best), first_reach(so, f * best)
+        tb = None if rb is None else sim_b[rb - 1]
+        to = None if ro is None else sim_o[ro - 1]
+        reach.append({
+            "level": f, "accuracy": f * best, "rounds": [rb, ro], "sim_time_s": [tb, to],
+            "rounds_ratio": reach_ratio(rb, ro), "time_ratio": reach_ratio(tb, to),
+        })  # fmt: skip
+    return {"base": str(base), "other": str(other), "seed": cb.get("seed"), "rounds": n,
+            "base_best": best, "windows": windows, "reach": reach}  # fmt: skip
+
+
+def summary(rows: list[dict]) -> dict:
+    """Medians over the pairs, per window (of the windows every pair has) and per level."""
+    n_win = min(len(r["windows"]) for r in rows)
+    windows = []
+    for i in range(n_win):
+        gains = [r["windows"][i]["gain"] for r in rows]
+        above, below = sum(g > 0 for g in gains), sum(g < 0 for g in gains)
+        windows.append({
+            "window": rows[0]["windows"][i]["window"],
+            "gain": statistics.median(gains), "above_zero": above, "below_zero": below,
+            "sign_p": sign_test_p(above, below),
+            "base": statistics.median(r["windows"][i]["base"] for r in rows),
+            "other": statistics.median(r["windows"][i]["other"] for r in rows),
+        })  # fmt: skip
+    levels = []
+    for i, lv in enumerate(rows[0]["reach"]):
+        out = {"level": lv["level"]}
+        for key in ("rounds_ratio", "time_ratio"):
+            vals = [r["reach"][i][key] for r in rows if r["reach"][i][key] is not None]
+            above, below = sum(v > 1 for v in vals), sum(v < 1 for v in vals)
+            out[key] = {"median": statistics.median(vals) if vals else None,
+                        "above_one": above, "below_one": below,
+                        "sign_p": sign_test_p(above, below)}  # fmt: skip
+        out["base_reached"] = sum(r["reach"][i]["rounds"][0] is not None for r in rows)
+        out["other_reached"] = sum(r["reach"][i]["rounds"][1] is not None for r in rows)
+        levels.append(out)
+    return {"pairs": len(rows), "windows": windows, "levels": levels}
+
+
+def parse_levels(text: str) -> tuple[float, ...]:
+    """``"0.5,0.9,1"`` -> (0.5, 0.9, 1.0); each in (0, 1]."""
+    try:
+        vals = tuple(float(x) for x in text.split(","))
+    except ValueError:
+        vals = ()
+    if not vals or not all(0 < v <= 1 for v in vals):
+        raise argparse.ArgumentTypeError(
+            f"--levels {text!r}: expected comma-separated fractions of BASE's best accuracy in "
+            "(0, 1], e.g. 0.5,0.75,0.9,1"
+        )
+    return vals
+
+
+def _fmt_ratio(v: float | None) -> str:
+    if v is None:
+        return "-"
+    return "inf" if v == float("inf") else f"{v:.2f}x"
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--pair", nargs=2, action="append", metavar=("BASE", "OTHER"), required=True)
+    ap.add_argument("--size", type=int, default=10, help="rounds per window (default 10)")
+    ap.add_argument("--rounds", type=int, default=None, help="compare rounds 1..N")
+    ap.add_argument("--levels", type=parse_levels, default=DEFAULT_LEVELS)
+    ap.add_argument("--smooth", type=int, default=5, help="moving-mean rounds for the levels")
+    ap.add_argument("--json", action="store_true")
+    args = ap.parse_args(argv)
+    for flag, v in (("--size", args.size), ("--smooth", args.smooth), ("--rounds", args.rounds)):
+        if v is not None and v < 1:
+            ap.error(f"{flag} {v}: expected a whole number of rounds >= 1")
+    try:
+        rows = [
+            compare_pair(Path(b), Path(o), args.size, args.levels, args.smooth, args.rounds)
+            for b, o in args.pair
+        ]
+    except (ValueError, KeyError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    result = {"rows": rows, "median": summary(rows)}
+    if args.json:
+        print(json.dumps(result))
+        return 0
+    m = result["median"]
+    print(f"OTHER - BASE by window, points (median over {m['pairs']} pairs)")
+    print(
+        f"{'rounds':>9} {'BASE acc':>9} {'OTHER acc':>10} {'gain':>7} {'> 0 on':>9} {'sign p':>7}"
+    )
+    for w in m["windows"]:
+        print(f"{w['window']:>9} {100 * w['base']:9.1f} {100 * w['other']:10.1f} "
+              f"{w['gain']:+7.1f} {w['above_zero']:>4} of {m['pairs']:<2} {w['sign_p']:7.3f}")  # fmt: skip
+    print(f"rounds (and simulated s) to a fraction of BASE's best {args.smooth}-round mean: "
+          "BASE over OTHER, median")  # fmt: skip
+    print(f"{'level':>6} {'rounds':>8} {'> 1 on':>7} {'sign p':>7} {'sim s':>8} {'> 1 on':>7}"
+          f" {'BASE / OTHER reached':>21}")  # fmt: skip
+    for lv in m["levels"]:
+        r, t = lv["rounds_ratio"], lv["time_ratio"]
+        print(f"{lv['level']:6.2f} {_fmt_ratio(r['median']):>8} {r['above_one']:>7} "
+              f"{r['sign_p']:7.3f} {_fmt_ratio(t['median']):>8} {t['above_one']:>7} "
+              f"{lv['base_reached']:>10} / {lv['other_reached']}")  # fmt: skip
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
