@@ -13,14 +13,20 @@ and seed (BASE, OTHER):
   zero, the two-sided sign test, and BASE's median accuracy over the window: where on its
   curve the gain was read;
 * per level (``--levels``, fractions of BASE's best accuracy, the ``--smooth``-round moving
-  mean), the rounds each run takes to first reach it and BASE's rounds over OTHER's (above 1:
+  mean; with ``--absolute`` the levels are accuracies themselves, to set two models side by
+  side), the rounds each run takes to first reach it and BASE's rounds over OTHER's (above 1:
   OTHER is there sooner; a run that never reaches a level counts as slower than one that
-  does), and the same in simulated seconds (``sim_time_s``).
+  does), the same in simulated seconds (``sim_time_s``), and OTHER − BASE in points (moving
+  means) in the round BASE first reaches the level: the gain read at BASE's equal accuracy
+  rather than at equal rounds. That round catches BASE on a high point of its round-to-round
+  swings, so this gain leans against OTHER by about a swing of the moving mean; it is for
+  setting runs side by side on the same reading, not an unbiased level.
 
     python benchmarks/fedhybrid_curves.py --size 10 \\
         --pair ex0/federated-mnist-compare/oort ex0/federated-mnist-compare/fedhybrid \\
         --pair ex1/federated-mnist-compare/oort ex1/federated-mnist-compare/fedhybrid
     python benchmarks/fedhybrid_curves.py ... --rounds 100 --levels 0.5,0.75,0.9,1 --json
+    python benchmarks/fedhybrid_curves.py ... --absolute --levels 0.3,0.4,0.5,0.6
 
 Runs are method run directories as for ``benchmarks/fedhybrid_walled.py`` (``config.json``
 in them or in the ``--compare`` directory above); the two runs of a pair must share the
@@ -90,9 +96,9 @@ def reach_ratio(b: int | float | None, o: int | float | None) -> float | None:
 
 def compare_pair(
     base: Path, other: Path, size: int, levels: tuple[float, ...], smooth: int,
-    rounds: int | None = None,
+    rounds: int | None = None, absolute: bool = False,
 ) -> dict:  # fmt: skip
-    """One pair's window gains and rounds to each level of BASE's best."""
+    """One pair's window gains and rounds to each level (of BASE's best, or ``absolute``)."""
     cb, co = run_config(base), run_config(other)
     differ = [k for k in SHARED if cb.get(k) != co.get(k)]
     if differ:
@@ -119,12 +125,14 @@ def compare_pair(
     best = max(sb)
     reach = []
     for f in levels:
-        rb, ro = first_reach(sb, f * best), first_reach(so, f * best)
+        target = f if absolute else f * best
+        rb, ro = first_reach(sb, target), first_reach(so, target)
         tb = None if rb is None else sim_b[rb - 1]
         to = None if ro is None else sim_o[ro - 1]
         reach.append({
-            "level": f, "accuracy": f * best, "rounds": [rb, ro], "sim_time_s": [tb, to],
+            "level": f, "accuracy": target, "rounds": [rb, ro], "sim_time_s": [tb, to],
             "rounds_ratio": reach_ratio(rb, ro), "time_ratio": reach_ratio(tb, to),
+            "gain_at_base": None if rb is None else 100 * (so[rb - 1] - sb[rb - 1]),
         })  # fmt: skip
     return {"base": str(base), "other": str(other), "seed": cb.get("seed"), "rounds": n,
             "base_best": best, "windows": windows, "reach": reach}  # fmt: skip
@@ -153,6 +161,12 @@ def summary(rows: list[dict]) -> dict:
             out[key] = {"median": statistics.median(vals) if vals else None,
                         "above_one": above, "below_one": below,
                         "sign_p": sign_test_p(above, below)}  # fmt: skip
+        gains = [r["reach"][i]["gain_at_base"] for r in rows]
+        gains = [g for g in gains if g is not None]
+        above, below = sum(g > 0 for g in gains), sum(g < 0 for g in gains)
+        out["gain_at_base"] = {"median": statistics.median(gains) if gains else None,
+                               "above_zero": above, "below_zero": below,
+                               "sign_p": sign_test_p(above, below)}  # fmt: skip
         out["base_reached"] = sum(r["reach"][i]["rounds"][0] is not None for r in rows)
         out["other_reached"] = sum(r["reach"][i]["rounds"][1] is not None for r in rows)
         levels.append(out)
@@ -186,6 +200,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rounds", type=int, default=None, help="compare rounds 1..N")
     ap.add_argument("--levels", type=parse_levels, default=DEFAULT_LEVELS)
     ap.add_argument("--smooth", type=int, default=5, help="moving-mean rounds for the levels")
+    ap.add_argument(
+        "--absolute",
+        action="store_true",
+        help="--levels are accuracies, not fractions of BASE's best",
+    )
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
     for flag, v in (("--size", args.size), ("--smooth", args.smooth), ("--rounds", args.rounds)):
@@ -193,7 +212,9 @@ def main(argv: list[str] | None = None) -> int:
             ap.error(f"{flag} {v}: expected a whole number of rounds >= 1")
     try:
         rows = [
-            compare_pair(Path(b), Path(o), args.size, args.levels, args.smooth, args.rounds)
+            compare_pair(
+                Path(b), Path(o), args.size, args.levels, args.smooth, args.rounds, args.absolute
+            )
             for b, o in args.pair
         ]
     except (ValueError, KeyError) as e:
@@ -211,15 +232,18 @@ def main(argv: list[str] | None = None) -> int:
     for w in m["windows"]:
         print(f"{w['window']:>9} {100 * w['base']:9.1f} {100 * w['other']:10.1f} "
               f"{w['gain']:+7.1f} {w['above_zero']:>4} of {m['pairs']:<2} {w['sign_p']:7.3f}")  # fmt: skip
-    print(f"rounds (and simulated s) to a fraction of BASE's best {args.smooth}-round mean: "
-          "BASE over OTHER, median")  # fmt: skip
+    what = "an accuracy" if args.absolute else "a fraction of BASE's best"
+    print(f"rounds (and simulated s) to {what} ({args.smooth}-round moving mean): BASE over "
+          "OTHER, median; OTHER - BASE in points in the round BASE gets there")  # fmt: skip
     print(f"{'level':>6} {'rounds':>8} {'> 1 on':>7} {'sign p':>7} {'sim s':>8} {'> 1 on':>7}"
-          f" {'BASE / OTHER reached':>21}")  # fmt: skip
+          f" {'BASE / OTHER reached':>21} {'gain then':>10} {'> 0 on':>7}")  # fmt: skip
     for lv in m["levels"]:
-        r, t = lv["rounds_ratio"], lv["time_ratio"]
+        r, t, g = lv["rounds_ratio"], lv["time_ratio"], lv["gain_at_base"]
+        gain = "-" if g["median"] is None else f"{g['median']:+.1f}"
         print(f"{lv['level']:6.2f} {_fmt_ratio(r['median']):>8} {r['above_one']:>7} "
               f"{r['sign_p']:7.3f} {_fmt_ratio(t['median']):>8} {t['above_one']:>7} "
-              f"{lv['base_reached']:>10} / {lv['other_reached']}")  # fmt: skip
+              f"{lv['base_reached']:>10} / {lv['other_reached']:<9} {gain:>10} "
+              f"{g['above_zero']:>7}")  # fmt: skip
     return 0
 
 

@@ -49,10 +49,20 @@ def test_a_curve_shifted_early_leads_while_both_rise_and_trails_at_its_lower_pla
     # BASE reaches 0.3 at 0.1 + 0.5 t / 20 >= 0.3: t = 8 (round 9); OTHER at t + 8 >= 8.8: round 2
     assert half["rounds"] == [9, 2] and half["rounds_ratio"] == pytest.approx(4.5)
     assert half["sim_time_s"] == [18.0, 2.0] and half["time_ratio"] == pytest.approx(9.0)
+    # in round 9 (BASE at 0.3) OTHER is at 0.1 + 0.45 * 16 / 20 = 0.46
+    assert half["gain_at_base"] == pytest.approx(16.0)
     assert ninety["rounds"][1] is not None and ninety["rounds_ratio"] > 1
     assert full["rounds"] == [21, None] and full["rounds_ratio"] == 0.0  # OTHER never gets there
+    assert full["gain_at_base"] == pytest.approx(100 * (0.55 - 0.6))  # OTHER's plateau below
     med = out["median"]
     assert med["pairs"] == 1 and med["levels"][2]["other_reached"] == 0
+    assert med["levels"][0]["gain_at_base"]["median"] == pytest.approx(16.0)
+    # --absolute: the levels are accuracies; 0.3 is the half of BASE's best above
+    assert mod.main(["--pair", str(base), str(other), "--smooth", "1", "--absolute",
+                     "--levels", "0.3,0.58", "--json"]) == 0  # fmt: skip
+    abs_half, abs_top = json.loads(capsys.readouterr().out)["rows"][0]["reach"]
+    assert abs_half["rounds"] == [9, 2] and abs_half["accuracy"] == 0.3
+    assert abs_top["rounds"] == [21, None]  # 0.1 + 0.5 t / 20 >= 0.58 from t = 20 (round 21)
 
 
 def test_medians_and_sign_tests_over_pairs(tmp_path, capsys):
