@@ -46,7 +46,7 @@ from pathlib import Path
 from edgetrain.engine.budget.stats import sign_test_p
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from fedhybrid_walled import SHARED, read_metrics, run_config  # noqa: E402  (sibling script)
+from fedhybrid_walled import pair_config, read_metrics  # noqa: E402  (a sibling script)
 
 DEFAULT_LEVELS = (0.5, 0.75, 0.9, 1.0)
 
@@ -99,13 +99,7 @@ def compare_pair(
     rounds: int | None = None, absolute: bool = False,
 ) -> dict:  # fmt: skip
     """One pair's window gains and rounds to each level (of BASE's best, or ``absolute``)."""
-    cb, co = run_config(base), run_config(other)
-    differ = [k for k in SHARED if cb.get(k) != co.get(k)]
-    if differ:
-        raise ValueError(
-            f"{base} and {other} differ in {', '.join(differ)}: a pair must share "
-            f"{', '.join(SHARED)} (one fleet, partition and seed)"
-        )
+    cb = pair_config(base, other)
     rec_b, rec_o = read_metrics(base), read_metrics(other)
     n = rounds if rounds is not None else min(len(rec_b), len(rec_o))
     for run, recs in ((base, rec_b), (other, rec_o)):

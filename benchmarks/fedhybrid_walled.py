@@ -110,8 +110,9 @@ def walled_share(cfg: dict) -> tuple[np.ndarray, int, float]:
     return on_walled / np.maximum(total, 1), int(walled.sum()), float(on_walled.sum() / len(y))
 
 
-def compare_pair(base: Path, other: Path, lo: int, hi: int) -> dict:
-    """OTHER − BASE per class over rounds lo..hi, split by the walled phones' share."""
+def pair_config(base: Path, other: Path) -> dict:
+    """BASE's config, once both runs are found to share :data:`SHARED` (one fleet, data,
+    partition and seed: the same phones walled, holding the same samples)."""
     cb, co = run_config(base), run_config(other)
     differ = [k for k in SHARED if cb.get(k) != co.get(k)]
     if differ:
@@ -119,6 +120,12 @@ def compare_pair(base: Path, other: Path, lo: int, hi: int) -> dict:
             f"{base} and {other} differ in {', '.join(differ)}: a pair must share "
             f"{', '.join(SHARED)} (the same phones walled, holding the same samples)"
         )
+    return cb
+
+
+def compare_pair(base: Path, other: Path, lo: int, hi: int) -> dict:
+    """OTHER − BASE per class over rounds lo..hi, split by the walled phones' share."""
+    cb = pair_config(base, other)
     share, n_walled, sample_share = walled_share(cb)
     rec_b, rec_o = read_metrics(base), read_metrics(other)
     acc_b, all_b = window_class_accuracy(rec_b, base, lo, hi)
