@@ -8,7 +8,8 @@ both rise and level once the slower one catches up; its final figure then says h
 its curve each model was when the run stopped. This prints, for pairs of runs of one fleet
 and seed (BASE, OTHER):
 
-* per window of rounds (``--size`` rounds each, from round 1), the median over pairs of
+* per window of rounds (``--size`` rounds each, from round 1; a last, shorter window is left
+  out), the median over pairs of
   OTHER − BASE in points (mean test accuracy over the window), on how many pairs it is above
   zero, the two-sided sign test, and BASE's median accuracy over the window: where on its
   curve the gain was read;
@@ -28,6 +29,9 @@ and seed (BASE, OTHER):
     python benchmarks/fedhybrid_curves.py ... --rounds 100 --levels 0.5,0.75,0.9,1 --json
     python benchmarks/fedhybrid_curves.py ... --absolute --levels 0.3,0.4,0.5,0.6
 
+In ``--json`` a ratio where only OTHER reaches a level (infinite) is ``null``, as where
+neither does; the ``rounds`` pair of each level says which run got there.
+
 Runs are method run directories as for ``benchmarks/fedhybrid_walled.py`` (``config.json``
 in them or in the ``--compare`` directory above); the two runs of a pair must share the
 fleet, data, partition, memory settings, model and seed. The runs are compared over their
@@ -39,6 +43,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import statistics
 import sys
 from pathlib import Path
@@ -167,6 +172,17 @@ def summary(rows: list[dict]) -> dict:
     return {"pairs": len(rows), "windows": windows, "levels": levels}
 
 
+def finite(x: object) -> object:
+    """``x`` with every infinite float replaced by None (strict JSON has no Infinity)."""
+    if isinstance(x, float) and math.isinf(x):
+        return None
+    if isinstance(x, dict):
+        return {k: finite(v) for k, v in x.items()}
+    if isinstance(x, list):
+        return [finite(v) for v in x]
+    return x
+
+
 def parse_levels(text: str) -> tuple[float, ...]:
     """``"0.5,0.9,1"`` -> (0.5, 0.9, 1.0); each in (0, 1]."""
     try:
@@ -216,7 +232,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     result = {"rows": rows, "median": summary(rows)}
     if args.json:
-        print(json.dumps(result))
+        print(json.dumps(finite(result), allow_nan=False))
         return 0
     m = result["median"]
     print(f"OTHER - BASE by window, points (median over {m['pairs']} pairs)")

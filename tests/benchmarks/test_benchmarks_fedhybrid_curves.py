@@ -63,6 +63,15 @@ def test_a_curve_shifted_early_leads_while_both_rise_and_trails_at_its_lower_pla
     abs_half, abs_top = json.loads(capsys.readouterr().out)["rows"][0]["reach"]
     assert abs_half["rounds"] == [9, 2] and abs_half["accuracy"] == 0.3
     assert abs_top["rounds"] == [21, None]  # 0.1 + 0.5 t / 20 >= 0.58 from t = 20 (round 21)
+    # the pair swapped: only OTHER reaches 0.58, an infinite ratio, null in strict JSON
+    assert mod.main(["--pair", str(other), str(base), "--smooth", "1", "--absolute",
+                     "--levels", "0.58", "--json"]) == 0  # fmt: skip
+    text = capsys.readouterr().out
+    assert "Infinity" not in text
+    (swapped,) = json.loads(text)["rows"][0]["reach"]
+    assert swapped["rounds"] == [None, 21] and swapped["rounds_ratio"] is None
+    assert math.isinf(mod.compare_pair(other, base, 10, (0.58,), 1, absolute=True)["reach"][0][
+        "rounds_ratio"])  # fmt: skip
 
 
 def test_medians_and_sign_tests_over_pairs(tmp_path, capsys):
