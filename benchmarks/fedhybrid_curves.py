@@ -13,6 +13,9 @@ and seed (BASE, OTHER):
   OTHER − BASE in points (mean test accuracy over the window), on how many pairs it is above
   zero, the two-sided sign test, and BASE's median accuracy over the window: where on its
   curve the gain was read;
+* per window, who trained in each run (from ``aggregated`` and ``aggregated_labels``): the
+  effective classes of a round's aggregated samples (1 / Σ p²), the samples an aggregated
+  client holds, and the share of a round's aggregated clients aggregated the round before;
 * per level (``--levels``, fractions of BASE's best accuracy, the ``--smooth``-round moving
   mean; with ``--absolute`` the levels are accuracies themselves, to set two models side by
   side), the rounds each run takes to first reach it and BASE's rounds over OTHER's (above 1:
@@ -54,6 +57,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from fedhybrid_walled import pair_config, read_metrics  # noqa: E402  (a sibling script)
 
 DEFAULT_LEVELS = (0.5, 0.75, 0.9, 1.0)
+#: per window and run, who trained (:func:`cohorts`)
+COHORT_KEYS = ("classes", "samples", "repeat")
 
 
 def accuracy_curve(recs: list[dict], run: Path, rounds: int) -> tuple[list[float], list[float]]:
@@ -69,6 +74,39 @@ def accuracy_curve(recs: list[dict], run: Path, rounds: int) -> tuple[list[float
     acc = [float(by_round[t]["accuracy"]) for t in range(1, rounds + 1)]
     sim = [float(by_round[t]["sim_time_s"]) for t in range(1, rounds + 1)]
     return acc, sim
+
+
+def cohorts(recs: list[dict], rounds: int) -> list[dict | None]:
+    """Per round 1..rounds, who trained: the effective classes of the aggregated samples (1 /
+    Σ p² over ``aggregated_labels``), the mean samples an aggregated client holds, and the
+    share of the aggregated clients aggregated the round before (None in round 1). None for
+    a round whose record has no ``aggregated`` / ``aggregated_labels`` (runs before round 30)
+    or aggregated nobody."""
+    by_round = {int(r["round"]): r for r in recs}
+    out: list[dict | None] = []
+    prev: set[int] | None = None
+    for t in range(1, rounds + 1):
+        r = by_round[t]
+        agg, labels = r.get("aggregated"), r.get("aggregated_labels")
+        if not agg or not labels or sum(labels) <= 0:
+            out.append(None)
+            prev = None if agg is None else {int(c) for c in agg}
+            continue
+        total = float(sum(labels))
+        now = {int(c) for c in agg}
+        out.append({
+            "classes": 1.0 / sum((x / total) ** 2 for x in labels),
+            "samples": total / len(now),
+            "repeat": None if prev is None else len(now & prev) / len(now),
+        })  # fmt: skip
+        prev = now
+    return out
+
+
+def window_mean(cells: list[dict | None], key: str) -> float | None:
+    """Mean of ``key`` over a window's rounds that have it; None if none has."""
+    vals = [c[key] for c in cells if c is not None and c[key] is not None]
+    return statistics.fmean(vals) if vals else None
 
 
 def moving_mean(xs: list[float], width: int) -> list[float]:
@@ -114,12 +152,16 @@ def compare_pair(
         raise ValueError(f"{base}: {n} rounds to compare, fewer than one window (--size {size})")
     acc_b, sim_b = accuracy_curve(rec_b, base, n)
     acc_o, sim_o = accuracy_curve(rec_o, other, n)
+    coh_b, coh_o = cohorts(rec_b, n), cohorts(rec_o, n)
     windows = []
     for lo in range(1, n - size + 2, size):
         hi = lo + size - 1
         mb = statistics.fmean(acc_b[lo - 1 : hi])
         mo = statistics.fmean(acc_o[lo - 1 : hi])
-        windows.append({"window": f"{lo}-{hi}", "base": mb, "other": mo, "gain": 100 * (mo - mb)})
+        win = {"window": f"{lo}-{hi}", "base": mb, "other": mo, "gain": 100 * (mo - mb)}
+        for key in COHORT_KEYS:
+            win[key] = [window_mean(c[lo - 1 : hi], key) for c in (coh_b, coh_o)]
+        windows.append(win)
     sb, so = moving_mean(acc_b, smooth), moving_mean(acc_o, smooth)
     best = max(sb)
     reach = []
@@ -151,6 +193,13 @@ def summary(rows: list[dict]) -> dict:
             "base": statistics.median(r["windows"][i]["base"] for r in rows),
             "other": statistics.median(r["windows"][i]["other"] for r in rows),
         })  # fmt: skip
+        for key in COHORT_KEYS:
+            sides = []
+            for side in (0, 1):
+                vals = [r["windows"][i][key][side] for r in rows]
+                vals = [v for v in vals if v is not None]
+                sides.append(statistics.median(vals) if vals else None)
+            windows[-1][key] = sides
     levels = []
     for i, lv in enumerate(rows[0]["reach"]):
         out = {"level": lv["level"]}
@@ -242,6 +291,17 @@ def main(argv: list[str] | None = None) -> int:
     for w in m["windows"]:
         print(f"{w['window']:>9} {100 * w['base']:9.1f} {100 * w['other']:10.1f} "
               f"{w['gain']:+7.1f} {w['above_zero']:>4} of {m['pairs']:<2} {w['sign_p']:7.3f}")  # fmt: skip
+    if any(v is not None for w in m["windows"] for v in w["classes"]):
+        print("who trained, BASE / OTHER (median over pairs of the window's mean): effective")
+        print("classes of a round's aggregated samples, samples per aggregated client, share")
+        print("of a round's aggregated clients aggregated the round before")
+        print(f"{'rounds':>9} {'classes':>13} {'samples':>13} {'repeat':>13}")
+        for w in m["windows"]:
+            cells = []
+            for key, fmt in (("classes", ".2f"), ("samples", ".0f"), ("repeat", ".2f")):
+                b, o = ("-" if v is None else f"{v:{fmt}}" for v in w[key])
+                cells.append(f"{b} / {o}")
+            print(f"{w['window']:>9} " + " ".join(f"{c:>13}" for c in cells))
     what = "an accuracy" if args.absolute else "a fraction of BASE's best"
     print(f"rounds (and simulated s) to {what} ({args.smooth}-round moving mean): BASE over "
           "OTHER, median; OTHER - BASE in points in the round BASE gets there")  # fmt: skip

@@ -95,6 +95,31 @@ def test_medians_and_sign_tests_over_pairs(tmp_path, capsys):
     assert lv["base_reached"] == lv["other_reached"] == 4
 
 
+def test_who_trained_per_window_from_the_aggregated_clients_and_labels(tmp_path, capsys):
+    mod = load_benchmark("fedhybrid_curves")
+    base = _run(tmp_path / "b", [0.1, 0.2, 0.3, 0.4])
+    other = _run(tmp_path / "o", [0.1, 0.3, 0.4, 0.5])
+    recs = [json.loads(x) for x in (other / "metrics.jsonl").read_text().splitlines()]
+    # round 1: clients 1, 2 with 10 + 10 samples of two classes; round 2: clients 2, 3 with
+    # 40 samples, 3:1 over two classes; rounds 3-4 aggregate nobody
+    recs[0] |= {"aggregated": [1, 2], "aggregated_labels": [10, 10] + [0] * 8}
+    recs[1] |= {"aggregated": [2, 3], "aggregated_labels": [30] + [0] * 8 + [10]}
+    recs[2] |= {"aggregated": [], "aggregated_labels": [0] * 10}
+    (other / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
+    cells = mod.cohorts(recs, 4)
+    assert cells[0] == {"classes": 2.0, "samples": 10.0, "repeat": None}
+    assert cells[1] == pytest.approx({"classes": 1 / (0.75**2 + 0.25**2), "samples": 20.0,
+                                      "repeat": 0.5})  # fmt: skip
+    assert cells[2] is None and cells[3] is None
+    assert mod.main(["--pair", str(base), str(other), "--size", "2", "--json"]) == 0
+    w1, w2 = json.loads(capsys.readouterr().out)["rows"][0]["windows"]
+    assert w1["classes"] == [None, pytest.approx((2.0 + 1.6) / 2)]  # BASE has no such fields
+    assert w1["samples"] == [None, 15.0] and w1["repeat"] == [None, 0.5]
+    assert w2["classes"] == [None, None]
+    assert mod.main(["--pair", str(base), str(other), "--size", "2"]) == 0
+    assert "who trained" in capsys.readouterr().out  # printed where a run has the fields
+
+
 def test_reach_ratio_and_moving_mean():
     mod = load_benchmark("fedhybrid_curves")
     assert mod.reach_ratio(10, 5) == 2.0
@@ -146,6 +171,13 @@ def test_reads_real_run_directories_and_prints_the_table(tmp_path, capsys):
     assert row["windows"][0]["gain"] == pytest.approx(
         100 * (recs["oort"][0]["accuracy"] - recs["random"][0]["accuracy"])
     )
+    agg = recs["oort"][0]
+    if agg["aggregated"]:
+        labels = agg["aggregated_labels"]
+        assert row["windows"][0]["samples"][1] == pytest.approx(
+            sum(labels) / len(agg["aggregated"])
+        )
     assert mod.main([*pair, "--size", "1"]) == 0
     text = capsys.readouterr().out
     assert "OTHER - BASE by window" in text and "BASE / OTHER reached" in text
+    assert "who trained" in text
