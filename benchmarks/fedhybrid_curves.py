@@ -179,44 +179,39 @@ def compare_pair(
             "base_best": best, "windows": windows, "reach": reach}  # fmt: skip
 
 
+def signed(vals: list[float | None], pivot: float, word: str) -> dict:
+    """Median of the known ``vals``, how many lie above and below ``pivot`` (keys
+    ``above_WORD`` / ``below_WORD``) and the two-sided sign test's p."""
+    known = [v for v in vals if v is not None]
+    above, below = sum(v > pivot for v in known), sum(v < pivot for v in known)
+    return {"median": statistics.median(known) if known else None, f"above_{word}": above,
+            f"below_{word}": below, "sign_p": sign_test_p(above, below)}  # fmt: skip
+
+
 def summary(rows: list[dict]) -> dict:
     """Medians over the pairs, per window (of the windows every pair has) and per level."""
     n_win = min(len(r["windows"]) for r in rows)
     windows = []
     for i in range(n_win):
-        gains = [r["windows"][i]["gain"] for r in rows]
-        above, below = sum(g > 0 for g in gains), sum(g < 0 for g in gains)
+        wins = [r["windows"][i] for r in rows]
+        g = signed([w["gain"] for w in wins], 0.0, "zero")
         windows.append({
-            "window": rows[0]["windows"][i]["window"],
-            "gain": statistics.median(gains), "above_zero": above, "below_zero": below,
-            "sign_p": sign_test_p(above, below),
-            "base": statistics.median(r["windows"][i]["base"] for r in rows),
-            "other": statistics.median(r["windows"][i]["other"] for r in rows),
+            "window": wins[0]["window"], "gain": g.pop("median"), **g,
+            "base": statistics.median(w["base"] for w in wins),
+            "other": statistics.median(w["other"] for w in wins),
         })  # fmt: skip
         for key in COHORT_KEYS:
-            sides = []
-            for side in (0, 1):
-                vals = [r["windows"][i][key][side] for r in rows]
-                vals = [v for v in vals if v is not None]
-                sides.append(statistics.median(vals) if vals else None)
-            windows[-1][key] = sides
+            windows[-1][key] = [signed([w[key][side] for w in wins], 0.0, "zero")["median"]
+                                for side in (0, 1)]  # fmt: skip
     levels = []
     for i, lv in enumerate(rows[0]["reach"]):
+        reach = [r["reach"][i] for r in rows]
         out = {"level": lv["level"]}
         for key in ("rounds_ratio", "time_ratio"):
-            vals = [r["reach"][i][key] for r in rows if r["reach"][i][key] is not None]
-            above, below = sum(v > 1 for v in vals), sum(v < 1 for v in vals)
-            out[key] = {"median": statistics.median(vals) if vals else None,
-                        "above_one": above, "below_one": below,
-                        "sign_p": sign_test_p(above, below)}  # fmt: skip
-        gains = [r["reach"][i]["gain_at_base"] for r in rows]
-        gains = [g for g in gains if g is not None]
-        above, below = sum(g > 0 for g in gains), sum(g < 0 for g in gains)
-        out["gain_at_base"] = {"median": statistics.median(gains) if gains else None,
-                               "above_zero": above, "below_zero": below,
-                               "sign_p": sign_test_p(above, below)}  # fmt: skip
-        out["base_reached"] = sum(r["reach"][i]["rounds"][0] is not None for r in rows)
-        out["other_reached"] = sum(r["reach"][i]["rounds"][1] is not None for r in rows)
+            out[key] = signed([x[key] for x in reach], 1.0, "one")
+        out["gain_at_base"] = signed([x["gain_at_base"] for x in reach], 0.0, "zero")
+        out["base_reached"] = sum(x["rounds"][0] is not None for x in reach)
+        out["other_reached"] = sum(x["rounds"][1] is not None for x in reach)
         levels.append(out)
     return {"pairs": len(rows), "windows": windows, "levels": levels}
 
